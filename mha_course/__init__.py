@@ -1,0 +1,18 @@
+"""mha_course: multi-head attention built by hand, proven equal to PyTorch's own modules.
+
+The public pieces, in the order the lessons build them:
+
+* :func:`scaled_dot_product_attention` (lesson 01)
+* :class:`MultiHeadAttention` (lesson 02)
+* :class:`LayerNorm`, :class:`PositionalEncoding` (lesson 03)
+* :class:`EncoderLayer`, :class:`Encoder` (lesson 04)
+* :mod:`mha_course.pretrained` (lesson 05), :mod:`mha_course.bench` (lesson 06)
+* :mod:`mha_course.checks`: the exercise checkers
+"""
+
+from .attention import scaled_dot_product_attention
+from .utils import get_device, seed_everything
+
+__version__ = "0.1.0"
+
+__all__ = ["scaled_dot_product_attention", "get_device", "seed_everything", "__version__"]

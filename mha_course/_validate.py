@@ -1,0 +1,78 @@
+"""Argument checks shared by the package: clear ValueErrors at the call, not deep in a matmul.
+
+Every message names the argument, the shape (or value) it got and the one expected.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def shape_str(shape) -> str:
+    """``torch.Size([2, 3])`` -> ``(2, 3)``; the way shapes are written in every message."""
+    return "(" + ", ".join(str(int(n)) for n in shape) + ")"
+
+
+def require_tensor(name: str, x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+
+
+def require_floating(name: str, x: torch.Tensor) -> None:
+    require_tensor(name, x)
+    if not x.is_floating_point():
+        raise ValueError(
+            f"{name} must be a floating-point tensor, got dtype {x.dtype}; "
+            f"convert it with {name}.float()"
+        )
+
+
+def require_ndim(name: str, x: torch.Tensor, allowed: tuple[int, ...], meaning: str) -> None:
+    if x.dim() not in allowed:
+        dims = " or ".join(f"{n}-D" for n in allowed)
+        raise ValueError(f"{name} must be {dims} {meaning}, got {x.dim()}-D shape {shape_str(x.shape)}")
+
+
+def require_size(name: str, x: torch.Tensor, dim: int, expected: int, meaning: str) -> None:
+    got = x.size(dim)
+    if got != expected:
+        raise ValueError(
+            f"{name} has size {got} in dim {dim} (shape {shape_str(x.shape)}), expected {expected} ({meaning})"
+        )
+
+
+def require_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value}")
+
+
+def require_probability(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
+
+
+def require_mask(name: str, mask, target_shape, convention: str, float_dtype=None) -> None:
+    """A mask is bool (``convention`` says what True means) or float (added to the scores),
+    and broadcasts to ``target_shape`` without growing it."""
+    require_tensor(name, mask)
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise ValueError(
+            f"{name} has dtype {mask.dtype}; expected torch.bool ({convention}) "
+            f"or a float tensor that is added to the scores. Convert an integer 0/1 mask with "
+            f"{name}.bool()"
+        )
+    if mask.is_floating_point() and float_dtype is not None and mask.dtype != float_dtype:
+        raise ValueError(f"{name} has dtype {mask.dtype}; a float mask must match the inputs' dtype {float_dtype}")
+    try:
+        broadcast = torch.broadcast_shapes(mask.shape, target_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(target_shape):
+        raise ValueError(
+            f"{name} of shape {shape_str(mask.shape)} does not broadcast to the scores' shape "
+            f"{shape_str(target_shape)}"
+        )

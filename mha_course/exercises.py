@@ -1,0 +1,34 @@
+"""The course's exercises, in lesson order: what the learner defines, how it is checked, and
+the reference used in its place until the learner's version passes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import checks, reference
+
+__all__ = ["Exercise", "EXERCISES", "by_name"]
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str  # the function or class the learner writes; also the cell marker "# exercise: <name>"
+    lesson: str  # "01"
+    check: Callable[..., bool]
+    reference: object
+
+
+EXERCISES: list[Exercise] = [
+    Exercise("softmax", "00", checks.check_softmax, reference.softmax),
+    Exercise("scaled_dot_product_attention", "01", checks.check_scaled_dot_product_attention,
+             reference.scaled_dot_product_attention),
+]
+
+
+def by_name(name: str) -> Exercise:
+    for exercise in EXERCISES:
+        if exercise.name == name:
+            return exercise
+    known = ", ".join(e.name for e in EXERCISES)
+    raise ValueError(f"no exercise named {name!r}; the exercises are: {known}")

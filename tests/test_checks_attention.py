@@ -1,0 +1,197 @@
+"""The lesson 00/01 checkers accept every correct style and name the classic mistakes."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from einops import einsum
+
+from mha_course.checks import ExerciseFailure, check_scaled_dot_product_attention, check_softmax
+
+
+def passes(check, candidate, capsys):
+    check(candidate)
+    out = capsys.readouterr().out
+    assert out.startswith("✅"), out
+    return out
+
+
+def fails_with(check, candidate, *phrases):
+    with pytest.raises(ExerciseFailure) as failure:
+        check(candidate)
+    message = str(failure.value)
+    for phrase in phrases:
+        assert phrase in message, f"{phrase!r} not in:\n{message}"
+    assert isinstance(failure.value, AssertionError)
+    return message
+
+
+# ---------------------------------------------------------------- softmax
+
+def softmax_stable(s):
+    e = (s - s.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("candidate", [softmax_stable, lambda s: torch.softmax(s, -1), lambda s: F.softmax(s, dim=-1),
+                                       lambda s: torch.exp(s - torch.logsumexp(s, -1, keepdim=True))])
+def test_softmax_accepts_correct_answers(candidate, capsys):
+    passes(check_softmax, candidate, capsys)
+
+
+@pytest.mark.parametrize(
+    "candidate, phrase",
+    [
+        (lambda s: torch.softmax(s, 0), "the first axis"),
+        (lambda s: s.exp() / s.exp().sum(-1, keepdim=True), "exp overflowed"),
+        (lambda s: s.exp(), "did not divide"),
+        (lambda s: s.exp() / s.exp().sum(), "sum of the whole tensor"),
+    ],
+)
+def test_softmax_names_the_mistake(candidate, phrase):
+    fails_with(check_softmax, candidate, "Likely cause", phrase)
+
+
+def test_not_done_yet_prints_and_returns(capsys):
+    def skeleton(scores):
+        raise NotImplementedError
+
+    assert check_softmax(skeleton) is None
+    assert "not done yet" in capsys.readouterr().out
+    assert check_softmax.passes(skeleton) is False
+    assert check_softmax.passes(softmax_stable) is True
+
+
+def test_a_crash_names_the_case_and_the_inputs():
+    def crashes(scores):
+        return scores @ torch.ones(3)
+
+    message = fails_with(check_softmax, crashes, "Case 'a vector of 5 scores'", "RuntimeError", "tensor(5)")
+    assert "Likely cause" in message
+
+
+# ---------------------------------------------------------------- scaled dot-product attention
+
+def sdpa_matmul(query, key, value, attn_mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def sdpa_einsum(query, key, value, attn_mask=None):
+    scores = einsum(query, key, "... l e, ... s e -> ... l s") / query.shape[-1] ** 0.5
+    if attn_mask is not None:
+        scores = torch.where(attn_mask, scores, torch.tensor(-1e9))
+    weights = F.softmax(scores, dim=-1)
+    return einsum(weights, value, "... l s, ... s v -> ... l v"), weights
+
+
+def sdpa_loop(query, key, value, attn_mask=None):
+    # one query at a time, over flattened leading dims, the way one might write it first
+    lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    q = query.expand(*lead, *query.shape[-2:]).reshape(-1, *query.shape[-2:])
+    k = key.expand(*lead, *key.shape[-2:]).reshape(-1, *key.shape[-2:])
+    v = value.expand(*lead, *value.shape[-2:]).reshape(-1, *value.shape[-2:])
+    m = None
+    if attn_mask is not None:
+        m = attn_mask.expand(*lead, q.size(-2), k.size(-2)).reshape(-1, q.size(-2), k.size(-2))
+    outs, ws = [], []
+    for b in range(q.size(0)):
+        rows_o, rows_w = [], []
+        for i in range(q.size(1)):
+            s = torch.stack([q[b, i] @ k[b, j] for j in range(k.size(1))]) / math.sqrt(q.size(-1))
+            if m is not None:
+                s = torch.where(m[b, i], s, float("-inf"))
+            w = torch.softmax(s, 0)
+            rows_w.append(w)
+            rows_o.append(sum(w[j] * v[b, j] for j in range(k.size(1))))
+        outs.append(torch.stack(rows_o))
+        ws.append(torch.stack(rows_w))
+    shape = (*lead, q.size(-2))
+    return torch.stack(outs).reshape(*shape, -1), torch.stack(ws).reshape(*shape, -1)
+
+
+def sdpa_with_torch(query, key, value, attn_mask=None):
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    return out, scores.softmax(-1)
+
+
+@pytest.mark.parametrize("candidate", [sdpa_matmul, sdpa_einsum, sdpa_loop, sdpa_with_torch])
+def test_sdpa_accepts_every_correct_style(candidate, capsys):
+    passes(check_scaled_dot_product_attention, candidate, capsys)
+
+
+def variant(scale=None, axis=-1, fill=float("-inf"), invert=False, ignore_mask=False, values="value",
+            after=False, transpose_scores=False, softmax=True):
+    """A scaled dot-product attention with one classic mistake switched on."""
+
+    def attention(query, key, value, attn_mask=None):
+        d = query.size(-1)
+        s = 1 / math.sqrt(d) if scale is None else scale(d, value.size(-1))
+        scores = key @ query.transpose(-2, -1) if transpose_scores else query @ key.transpose(-2, -1)
+        scores = scores * s
+        mask = attn_mask
+        if mask is not None and invert:
+            mask = ~mask
+        if mask is not None and not ignore_mask and not after:
+            scores = scores.masked_fill(~mask, fill)
+        weights = torch.softmax(scores, dim=axis) if softmax else scores
+        if mask is not None and after:
+            weights = weights * mask
+        mixed = {"value": value, "key": key}[values]
+        return weights @ mixed, weights
+
+    return attention
+
+
+def transposed_keys_T(query, key, value, attn_mask=None):
+    key_T = key.permute(*reversed(range(key.dim())))  # what key.T does: reverse every axis
+    scores = query @ key_T / math.sqrt(query.size(-1))
+    w = scores.softmax(-1)
+    return w @ value, w
+
+
+@pytest.mark.parametrize(
+    "candidate, phrase",
+    [
+        (variant(scale=lambda d, dv: 1.0), "not scaled"),
+        (variant(scale=lambda d, dv: 1.0 / d), "divided the scores by d_k"),
+        (variant(scale=lambda d, dv: math.sqrt(d)), "multiplied the scores by √d_k"),
+        (variant(scale=lambda d, dv: 1.0 / math.sqrt(dv)), "√(value size)"),
+        (variant(scale=lambda d, dv: 0.1), "scale = 0.1"),
+        (variant(axis=-2), "wrong axis"),
+        (variant(ignore_mask=True), "mask is ignored"),
+        (variant(invert=True), "mask is inverted"),
+        (variant(fill=0.0), "exp(0) = 1"),
+        (variant(after=True), "after the softmax"),
+        (variant(values="key"), "it should mix the values"),
+        (variant(transpose_scores=True), "scores and weights are (..., L, S)"),
+        (variant(softmax=False), "without a softmax"),
+        (transposed_keys_T, "key.T reverses *all* axes"),
+    ],
+)
+def test_sdpa_names_each_classic_mistake(candidate, phrase):
+    fails_with(check_scaled_dot_product_attention, candidate, "Likely cause", phrase)
+
+
+def test_sdpa_wrong_return_type():
+    fails_with(check_scaled_dot_product_attention, lambda q, k, v, attn_mask=None: sdpa_matmul(q, k, v)[0],
+               "return a tuple (output, weights)")
+
+
+def test_sdpa_unstable_softmax_is_caught():
+    def naive(query, key, value, attn_mask=None):
+        scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        e = scores.exp()
+        w = e / e.sum(-1, keepdim=True)
+        return w @ value, w
+
+    fails_with(check_scaled_dot_product_attention, naive, "huge scores", "exp overflowed")

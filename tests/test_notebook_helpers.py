@@ -1,0 +1,59 @@
+"""Saving exercise answers and loading them in later lessons; the fallback to the reference."""
+
+import torch
+
+from mha_course import checks, reference
+from mha_course.notebook import load_your_work, save_exercise_cell
+
+GOOD_SOFTMAX = """# exercise: softmax
+def softmax(scores):
+    return torch.softmax(scores, dim=-1)
+"""
+WRONG_SOFTMAX = """# exercise: softmax
+def softmax(scores):
+    return torch.softmax(scores, dim=0)
+"""
+
+
+def test_only_exercise_cells_are_saved(tmp_path):
+    assert save_exercise_cell("x = 1", tmp_path) is None
+    path = save_exercise_cell(GOOD_SOFTMAX, tmp_path / "my_work")
+    assert path.name == "softmax.py" and path.read_text() == GOOD_SOFTMAX
+
+
+def test_load_your_work_uses_yours_when_it_passes(tmp_path, capsys):
+    save_exercise_cell(GOOD_SOFTMAX, tmp_path)
+    work = load_your_work(tmp_path)
+    assert work.softmax is not reference.softmax
+    assert torch.allclose(work.softmax(torch.zeros(2)), torch.tensor([0.5, 0.5]))
+    out = capsys.readouterr().out
+    assert "softmax" in out and "yours ✅" in out
+    assert work.scaled_dot_product_attention is reference.scaled_dot_product_attention
+
+
+def test_load_your_work_falls_back_when_yours_is_wrong_or_broken(tmp_path, capsys):
+    save_exercise_cell(WRONG_SOFTMAX, tmp_path)
+    (tmp_path / "scaled_dot_product_attention.py").write_text("# exercise: scaled_dot_product_attention\n1/0\n")
+    work = load_your_work(tmp_path)
+    assert work.softmax is reference.softmax
+    assert work.scaled_dot_product_attention is reference.scaled_dot_product_attention
+    out = capsys.readouterr().out
+    assert "fails its check (ExerciseFailure)" in out and "fails its check (ZeroDivisionError)" in out
+
+
+def test_yours_or_reference(capsys):
+    def skeleton(scores):
+        raise NotImplementedError
+
+    def wrong(scores):
+        return scores
+
+    assert checks.yours_or_reference(checks.check_softmax, skeleton, reference.softmax) is reference.softmax
+    assert "not done yet" in capsys.readouterr().out
+    assert checks.yours_or_reference(checks.check_softmax, wrong, reference.softmax) is reference.softmax
+    assert "does not pass check_softmax" in capsys.readouterr().out
+
+    def right(scores):
+        return torch.softmax(scores, -1)
+
+    assert checks.yours_or_reference(checks.check_softmax, right, reference.softmax) is right

@@ -1,0 +1,60 @@
+"""Plot helpers draw labelled heatmaps; device and seeding helpers."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from mha_course import get_device, seed_everything  # noqa: E402
+from mha_course.plotting import plot_attention, plot_attention_grid  # noqa: E402
+
+
+def test_heatmap_has_token_labels_on_both_axes_and_marks_masked_cells():
+    w = torch.softmax(torch.randn(3, 4), -1)
+    mask = torch.tensor([[True, True, False, False]]).expand(3, 4)
+    ax = plot_attention(w, ["a", "b", "c"], keys=["k0", "k1", "k2", "k3"], mask=mask, title="t")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["k0", "k1", "k2", "k3"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
+    assert ax.get_xlabel() and ax.get_ylabel()
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 6  # 3 queries x 2 masked keys
+    plt.close("all")
+
+
+def test_self_attention_labels_both_axes_from_one_list():
+    ax = plot_attention(torch.eye(2), ["x", "y"])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["x", "y"]
+    plt.close("all")
+
+
+def test_heatmap_rejects_wrong_labels_and_shapes():
+    with pytest.raises(ValueError, match="got 2 query labels for 3 rows"):
+        plot_attention(torch.rand(3, 3), ["a", "b"])
+    with pytest.raises(ValueError, match="must be 2-D"):
+        plot_attention(torch.rand(2, 3, 3))
+
+
+@pytest.mark.parametrize("shape, panels", [((5, 4, 4), 5), ((2, 3, 4, 4), 6)])
+def test_grid_has_one_panel_per_head(shape, panels):
+    fig = plot_attention_grid(torch.rand(shape), ["a", "b", "c", "d"])
+    assert sum(ax.has_data() for ax in fig.axes) == panels
+    plt.close("all")
+
+
+def test_device_prefers_what_it_is_told(monkeypatch):
+    monkeypatch.setenv("MHA_COURSE_DEVICE", "cpu")
+    assert get_device() == torch.device("cpu")
+    monkeypatch.delenv("MHA_COURSE_DEVICE")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available() and torch.backends.mps.is_available():
+        expected = "mps"
+    assert get_device().type == expected
+
+
+def test_seed_everything_repeats_the_same_numbers():
+    seed_everything(3)
+    a = torch.randn(4)
+    seed_everything(3)
+    assert torch.equal(a, torch.randn(4))
