@@ -11,8 +11,16 @@ The public pieces, in the order the lessons build them:
 """
 
 from .attention import scaled_dot_product_attention
+from .encoder import Encoder, EncoderLayer
+from .layernorm import LayerNorm
+from .multihead import MultiHeadAttention
+from .positional import PositionalEncoding, positional_encoding
 from .utils import get_device, seed_everything
 
 __version__ = "0.1.0"
 
-__all__ = ["scaled_dot_product_attention", "get_device", "seed_everything", "__version__"]
+__all__ = [
+    "scaled_dot_product_attention", "MultiHeadAttention",
+    "LayerNorm", "PositionalEncoding", "positional_encoding", "EncoderLayer", "Encoder",
+    "get_device", "seed_everything", "__version__",
+]

@@ -98,16 +98,18 @@ def scaled_dot_product_attention(
     L, S = query.size(-2), key.size(-2)
     scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
     if is_causal:
-        attn_mask = causal_mask(L, S, device=query.device)
+        attn_mask = causal_mask(L, S, device=query.device)  # bool: True on and below the diagonal
 
     scores = (query * scale) @ key.transpose(-2, -1)  # (..., L, S)
-    nothing_allowed = None
-    if attn_mask is not None and attn_mask.dtype == torch.bool:
+    if attn_mask is None:  # no mask: every query attends somewhere, plain softmax
+        weights = torch.softmax(scores, dim=-1)
+    elif attn_mask.dtype == torch.bool:
         scores = scores.masked_fill(~attn_mask, float("-inf"))
-        nothing_allowed = ~attn_mask.any(dim=-1, keepdim=True)
-    elif attn_mask is not None:
+        weights = masked_softmax(scores, nothing_allowed=~attn_mask.any(dim=-1, keepdim=True))
+    else:
         scores = scores + attn_mask
-    weights = masked_softmax(scores, nothing_allowed)  # (..., L, S), rows sum to 1 (or 0)
+        weights = masked_softmax(scores, nothing_allowed=attn_mask.isneginf().all(dim=-1, keepdim=True))
+    # weights: (..., L, S), each row sums to 1 (or is all 0 for a query with nothing to attend to)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ value, weights

@@ -73,7 +73,8 @@ def heads_diagram(h: int = 4):
         x = 1 + width / 2 + i * width
         ax.add_patch(FancyBboxPatch((x - width / 2 + 0.08, 2.85), width - 0.16, 0.6, boxstyle="round,pad=0.02",
                                     facecolor=HEAD_COLORS[i], alpha=0.35, edgecolor=HEAD_COLORS[i]))
-        ax.text(x, 3.15, f"head {i + 1}\nd_k = d_model/h", ha="center", va="center", fontsize=8)
+        label = f"head {i + 1}\nd_k = d_model/h" if h <= 4 else f"head\n{i + 1}"
+        ax.text(x, 3.15, label, ha="center", va="center", fontsize=8)
         _arrow(ax, (x, 4.02), (x, 3.47))
         ax.add_patch(FancyBboxPatch((x - width / 2 + 0.08, 1.75), width - 0.16, 0.6, boxstyle="round,pad=0.02",
                                     facecolor=COLORS["attn"], edgecolor="0.3"))

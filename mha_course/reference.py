@@ -8,10 +8,14 @@ package's own implementation (the package is the one place the maths is written)
 from __future__ import annotations
 
 import torch
+from einops import rearrange
 
 from .attention import scaled_dot_product_attention as _sdpa
+from .layernorm import LayerNorm
+from .positional import positional_encoding
 
-__all__ = ["softmax", "scaled_dot_product_attention"]
+__all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention", "LayerNorm", "positional_encoding", "EncoderLayer",
+           "load_layer"]
 
 
 def softmax(scores: torch.Tensor) -> torch.Tensor:
@@ -22,3 +26,72 @@ def softmax(scores: torch.Tensor) -> torch.Tensor:
 def scaled_dot_product_attention(query, key, value, attn_mask=None):
     """Lesson 01: ``(output, weights)``; a bool ``attn_mask`` is True where a query may attend."""
     return _sdpa(query, key, value, attn_mask=attn_mask)
+
+
+class MultiHeadAttention(torch.nn.Module):
+    """Lesson 02: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, batch first.
+
+    ``q_proj``, ``k_proj``, ``v_proj`` hold every head's W_i^Q, W_i^K, W_i^V side by side (E × E);
+    ``forward(query, key, value, attn_mask=None)`` returns ``(output (B, L, E), weights (B, H, L, S))``,
+    every head's weights. A bool ``attn_mask`` broadcastable to (B, H, L, S) is True where a query
+    **may attend**, e.g. (L, S) causal or (B, 1, 1, S) padding.
+    """
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        if embed_dim % num_heads != 0:
+            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+        self.num_heads = num_heads
+        self.q_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^Q
+        self.k_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^K
+        self.v_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^V
+        self.out_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^O
+
+    def forward(self, query, key, value, attn_mask=None):
+        q, k, v = (rearrange(proj(x), "b l (h d) -> b h l d", h=self.num_heads)
+                   for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+        heads, weights = _sdpa(q, k, v, attn_mask=attn_mask)  # lesson 01, every head at once
+        return self.out_proj(rearrange(heads, "b h l d -> b l (h d)")), weights
+
+
+# Lesson 03: ``LayerNorm(normalized_shape, eps=1e-5)`` and ``positional_encoding(max_len, d_model)``
+# are the package's own (imported above); their signatures extend the exercise skeletons'.
+
+
+class EncoderLayer(torch.nn.Module):
+    """Lesson 04: the exercise's encoder layer, post-LN with ReLU, batch first.
+
+        Step 2: Z = LayerNorm(X' + MultiHead(X'))
+        Step 3: out = LayerNorm(FFN(Z) + Z),  FFN(Z) = linear2(relu(linear1(Z)))
+
+    ``forward(x, attn_mask=None)`` takes a bool mask, True where a query **may attend**, and hands it
+    to ``self_attn``. ``mha_class`` and ``norm_class`` (keyword-only, not in the skeleton) build it
+    from other parts, e.g. the learner's own MultiHeadAttention and LayerNorm; by default it uses
+    this module's MultiHeadAttention and LayerNorm. ``activation`` (keyword-only) replaces the ReLU,
+    e.g. ``torch.nn.functional.gelu`` for BERT-style models (lesson 05).
+    """
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, *, mha_class=None, norm_class=None,
+                 activation=torch.relu):
+        super().__init__()
+        self.activation = activation
+        self.self_attn = (mha_class or MultiHeadAttention)(d_model, num_heads)
+        self.linear1 = torch.nn.Linear(d_model, d_ff)
+        self.linear2 = torch.nn.Linear(d_ff, d_model)
+        self.norm1 = (norm_class or LayerNorm)(d_model)
+        self.norm2 = (norm_class or LayerNorm)(d_model)
+        self.dropout = torch.nn.Dropout(dropout)
+
+    def forward(self, x, attn_mask=None):
+        attended, _ = self.self_attn(x, x, x, attn_mask=attn_mask)
+        z = self.norm1(x + self.dropout(attended))  # Step 2
+        ffn = self.linear2(self.dropout(self.activation(self.linear1(z))))
+        return self.norm2(z + self.dropout(ffn))  # Step 3
+
+
+def load_layer(layer, weights, i):
+    """Lesson 05: copy layer ``i`` of the MiniLM checkpoint ``weights`` into ``layer`` (packed
+    ``self_attn.in_proj_weight`` or separate ``q_proj``/``k_proj``/``v_proj``)."""
+    from .pretrained import load_layer as _load_layer  # imported here: loading a model is lesson 05's business
+
+    _load_layer(layer, weights, i)

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 from ._core import ExerciseFailure, NotDoneYet
 from .attention import check_scaled_dot_product_attention, check_softmax
+from .encoder import check_encoder_layer
+from .layers import check_layer_norm, check_positional_encoding
+from .multihead import check_multi_head_attention
+from .pretrained import check_load_layer, check_weight_map
 
 __all__ = [
     "ExerciseFailure",
     "NotDoneYet",
     "check_softmax",
     "check_scaled_dot_product_attention",
+    "check_multi_head_attention",
+    "check_layer_norm",
+    "check_positional_encoding",
+    "check_encoder_layer",
+    "check_load_layer",
+    "check_weight_map",
     "yours_or_reference",
 ]
 

@@ -1,0 +1,250 @@
+"""The Transformer encoder layer and the encoder stack, built from the course's own parts.
+
+One layer is two sub-layers, each wrapped in a residual connection and a LayerNorm. In the lesson's
+steps (post-LN, as the original paper and BERT):
+
+    Step 2: Z   = LayerNorm(X' + MultiHead(X'))      X' = the embeddings + positions (Step 1)
+    Step 3: out = LayerNorm(FFN(Z) + Z)              FFN(Z) = linear2(activation(linear1(Z)))
+
+Pre-LN (GPT-2 and most modern models) normalises each sub-layer's *input* instead and leaves the
+residual path untouched: X + MultiHead(LayerNorm(X)), then Z + FFN(LayerNorm(Z)).
+
+``EncoderLayer`` and ``Encoder`` are drop-ins for ``torch.nn.TransformerEncoderLayer`` and
+``torch.nn.TransformerEncoder``: same arguments, attribute names and state dicts, same masks
+(True = masked **out**, as torch.nn.MultiheadAttention), plus ``need_weights=True`` to see every
+head's attention weights.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validate import require_floating, require_positive_int, require_probability, shape_str
+from .layernorm import LayerNorm
+from .multihead import MultiHeadAttention
+
+__all__ = ["EncoderLayer", "Encoder"]
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+
+
+def _activation(activation) -> Callable[[torch.Tensor], torch.Tensor]:
+    """"relu" / "gelu" -> the function; a callable (F.silu, nn.GELU("tanh"), ...) is used as is."""
+    if isinstance(activation, str):
+        if activation not in ACTIVATIONS:
+            known = ", ".join(repr(name) for name in ACTIVATIONS)
+            raise ValueError(f"unknown activation {activation!r}; use one of {known}, or pass a callable")
+        return ACTIVATIONS[activation]
+    if not callable(activation):
+        raise TypeError(f"activation must be a str or a callable, got {type(activation).__name__}")
+    return activation
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then a position-wise feed-forward network, each with a residual and a norm.
+
+    Same arguments as ``torch.nn.TransformerEncoderLayer`` except that ``batch_first`` defaults to
+    True here: input (B, L, d_model), or (L, B, d_model) with ``batch_first=False``, or unbatched
+    (L, d_model). Masks follow torch.nn.MultiheadAttention: ``src_mask`` (L, L) or (B·nhead, L, L),
+    ``src_key_padding_mask`` (B, L); bool True = masked out, float = added to the scores.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: str | Callable[[torch.Tensor], torch.Tensor] = "relu",
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = True,
+        norm_first: bool = False,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        require_positive_int("d_model", d_model)
+        require_positive_int("nhead", nhead)
+        require_positive_int("dim_feedforward", dim_feedforward)
+        require_probability("dropout", dropout)
+        if d_model % nhead != 0:
+            raise ValueError(
+                f"d_model must be divisible by nhead (each head gets d_model / nhead features), "
+                f"got d_model={d_model}, nhead={nhead}"
+            )
+        factory = {"device": device, "dtype": dtype}
+        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, **factory)
+        # the feed-forward network: d_model -> dim_feedforward -> d_model, applied to each token
+        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **factory)
+
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.activation = _activation(activation)
+        self.d_model, self.batch_first = d_model, batch_first
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> EncoderLayer:
+        """A copy of a ``torch.nn.TransformerEncoderLayer``: same configuration, weights and mode."""
+        if not isinstance(layer, nn.TransformerEncoderLayer):
+            raise TypeError(f"layer must be a torch.nn.TransformerEncoderLayer, got {type(layer).__name__}")
+        attn, weight = layer.self_attn, layer.linear1.weight
+        activation = layer.activation
+        if isinstance(activation, nn.Module):
+            activation = copy.deepcopy(activation)
+        ours = cls(attn.embed_dim, attn.num_heads, dim_feedforward=layer.linear1.out_features,
+                   dropout=layer.dropout.p, activation=activation, layer_norm_eps=layer.norm1.eps,
+                   batch_first=attn.batch_first, norm_first=layer.norm_first,
+                   bias=layer.linear1.bias is not None, device=weight.device, dtype=weight.dtype)
+        ours.norm2.eps = layer.norm2.eps
+        ours.load_state_dict(layer.state_dict())
+        return ours.train(layer.training)
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        src_key_padding_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        *,
+        need_weights: bool = False,
+    ):
+        """The layer's output, same shape as ``src``; with ``need_weights=True`` also the
+        attention weights of every head, (B, nhead, L, L)."""
+        self._check_input(src)
+        self._check_masks(src, src_mask, src_key_padding_mask)
+        x = src
+        if self.norm_first:  # pre-LN: normalise each sub-layer's input, keep the residual path clean
+            attended, weights = self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal, need_weights)
+            x = x + attended
+            x = x + self._ff_block(self.norm2(x))
+        else:  # post-LN, the lesson's Steps 2 and 3
+            attended, weights = self._sa_block(x, src_mask, src_key_padding_mask, is_causal, need_weights)
+            z = self.norm1(x + attended)  # Step 2: Z = LayerNorm(X' + MultiHead(X'))
+            x = self.norm2(z + self._ff_block(z))  # Step 3: LayerNorm(FFN(Z) + Z)
+        return (x, weights) if need_weights else x
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal, need_weights):
+        """Self-attention: queries, keys and values all come from x."""
+        out, weights = self.self_attn(x, x, x, key_padding_mask=key_padding_mask, need_weights=need_weights,
+                                      attn_mask=attn_mask, average_attn_weights=False, is_causal=is_causal)
+        return self.dropout1(out), weights
+
+    def _ff_block(self, x: torch.Tensor) -> torch.Tensor:
+        """The position-wise feed-forward network: the same two Linears on every token."""
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    def _check_input(self, src: torch.Tensor) -> None:
+        require_floating("src", src)
+        if src.dim() not in (2, 3):
+            layout = "(B, L, d_model)" if self.batch_first else "(L, B, d_model)"
+            raise ValueError(f"src must be 3-D {layout} or 2-D (L, d_model), got shape {shape_str(src.shape)}")
+        if src.size(-1) != self.d_model:
+            raise ValueError(
+                f"src has {src.size(-1)} features in its last dim (shape {shape_str(src.shape)}), "
+                f"expected d_model = {self.d_model}"
+            )
+
+    def _check_masks(self, src, src_mask, src_key_padding_mask) -> None:
+        """Shapes only, named as the caller knows them (self_attn checks dtypes and values)."""
+        batched = src.dim() == 3
+        L = src.size(1 if (self.batch_first and batched) else 0)
+        B = src.size(0 if self.batch_first else 1) if batched else None
+        H = self.self_attn.num_heads
+        if isinstance(src_mask, torch.Tensor):
+            heads = (B * H, L, L) if batched else (H, L, L)
+            if tuple(src_mask.shape) not in ((L, L), heads):
+                raise ValueError(f"src_mask has shape {shape_str(src_mask.shape)}, expected (L, L) = "
+                                 f"{shape_str((L, L))} or {'(B·nhead, L, L)' if batched else '(nhead, L, L)'}"
+                                 f" = {shape_str(heads)}")
+        if isinstance(src_key_padding_mask, torch.Tensor):
+            expected = (B, L) if batched else (L,)
+            if tuple(src_key_padding_mask.shape) != expected:
+                raise ValueError(f"src_key_padding_mask has shape {shape_str(src_key_padding_mask.shape)}, "
+                                 f"expected {'(B, L)' if batched else '(L,)'} = {shape_str(expected)}: "
+                                 f"one True per padded position")
+
+
+class Encoder(nn.Module):
+    """A stack of ``num_layers`` copies of ``encoder_layer`` (each with its own weights), then an
+    optional final ``norm`` (pre-LN stacks need one). Mirrors ``torch.nn.TransformerEncoder``.
+
+    Unlike torch's (which, in eval mode with a padding mask, packs the batch into a nested tensor
+    and returns zeros at the padded positions), every position is computed; only the real tokens'
+    outputs mean anything, and they do not depend on the padding.
+    """
+
+    def __init__(self, encoder_layer: nn.Module, num_layers: int, norm: nn.Module | None = None) -> None:
+        super().__init__()
+        require_positive_int("num_layers", num_layers)
+        self.layers = nn.ModuleList(copy.deepcopy(encoder_layer) for _ in range(num_layers))
+        self.num_layers = num_layers
+        self.norm = norm
+
+    @classmethod
+    def from_torch(cls, encoder: nn.TransformerEncoder) -> Encoder:
+        """A copy of a ``torch.nn.TransformerEncoder`` (its layers and final norm) with its weights."""
+        if not isinstance(encoder, nn.TransformerEncoder):
+            raise TypeError(f"encoder must be a torch.nn.TransformerEncoder, got {type(encoder).__name__}")
+        norm = encoder.norm
+        if isinstance(norm, nn.LayerNorm):  # the package's own LayerNorm, same parameters
+            weight = norm.weight
+            norm = LayerNorm(norm.normalized_shape, eps=norm.eps, elementwise_affine=norm.elementwise_affine,
+                             bias=norm.bias is not None, device=getattr(weight, "device", None),
+                             dtype=getattr(weight, "dtype", None))
+        elif norm is not None:
+            norm = copy.deepcopy(norm)
+        ours = cls(EncoderLayer.from_torch(encoder.layers[0]), encoder.num_layers, norm=norm)
+        ours.load_state_dict(encoder.state_dict())
+        return ours.train(encoder.training)
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        src_key_padding_mask: torch.Tensor | None = None,
+        is_causal: bool | None = None,
+        *,
+        need_weights: bool = False,
+    ):
+        """The last layer's output (after ``norm``); with ``need_weights=True`` also a list of
+        every layer's attention weights, each (B, nhead, L, L). ``is_causal=None`` detects a causal
+        ``mask`` (a hint only: the result is the same either way)."""
+        if is_causal is None:
+            is_causal = _is_causal_mask(mask, src, self.layers[0])
+        output, all_weights = src, []
+        for layer in self.layers:
+            if need_weights:
+                output, weights = layer(output, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                                        is_causal=is_causal, need_weights=True)
+                all_weights.append(weights)
+            else:
+                output = layer(output, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                               is_causal=is_causal)
+        if self.norm is not None:
+            output = self.norm(output)
+        return (output, all_weights) if need_weights else output
+
+
+def _is_causal_mask(mask: torch.Tensor | None, src: torch.Tensor, layer: nn.Module) -> bool:
+    """True when ``mask`` is the (L, L) causal mask: key j masked out exactly when j > i."""
+    if not isinstance(mask, torch.Tensor) or not isinstance(src, torch.Tensor) or src.dim() < 2:
+        return False
+    length = src.size(1 if (src.dim() == 3 and getattr(layer, "batch_first", True)) else 0)
+    if mask.shape != (length, length):
+        return False
+    future = torch.ones(length, length, dtype=torch.bool, device=mask.device).triu(1)
+    if mask.dtype == torch.bool:
+        return bool(torch.equal(mask, future))
+    return bool(torch.equal(mask.isneginf(), future) and (mask[~future] == 0).all())

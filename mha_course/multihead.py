@@ -1,0 +1,329 @@
+"""Multi-head attention, a drop-in for ``torch.nn.MultiheadAttention``.
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,   head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+
+with W_i^Q, W_i^K, W_i^V ∈ R^{E×D}, W^O ∈ R^{E×E}, h = H heads and D = E / H. The h small
+projections are one big E×E projection cut into H chunks of D columns, so the code projects once
+and then *splits the features into heads* ('b l (h d) -> b h l d'); after attention it merges the
+heads back ('b h l d -> b l (h d)') and applies W^O.
+
+Shapes: B batch, L query length, S key length, E embed_dim, H num_heads, D head_dim.
+
+Conventions are torch's, so a state dict or a call moves between the two unchanged:
+
+* parameters ``in_proj_weight`` (3E, E) = [W^Q; W^K; W^V] and ``in_proj_bias`` (3E,) when
+  kdim == vdim == E, else ``q_proj_weight``, ``k_proj_weight``, ``v_proj_weight``; ``out_proj`` = W^O;
+* masks: a bool mask is True where attention is **not allowed**; a float mask is added to the
+  scores; ``attn_mask`` is (L, S) or (B·H, L, S), ``key_padding_mask`` is (B, S).
+
+The two differences from torch: ``batch_first`` defaults to True, and a query with nothing to
+attend to gets zero attention (output = the out_proj bias, weights 0) instead of NaN.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from einops import rearrange
+
+from ._validate import (
+    require_floating,
+    require_ndim,
+    require_positive_int,
+    require_probability,
+    require_size,
+    require_tensor,
+    shape_str,
+)
+from .attention import causal_mask, masked_softmax
+
+__all__ = ["MultiHeadAttention"]
+
+
+class MultiHeadAttention(nn.Module):
+    """H heads of scaled dot-product attention, run in parallel and mixed by an output projection.
+
+    Same constructor and forward as ``torch.nn.MultiheadAttention`` (except ``batch_first=True``
+    by default; ``add_bias_kv`` and ``add_zero_attn`` are not supported). The forward picks the
+    fastest route that gives what was asked for:
+
+    * ``need_weights=False``: the fused kernel ``torch.nn.functional.scaled_dot_product_attention``,
+      which never builds the (B, H, L, S) weights;
+    * ``need_weights=True``: lesson 01's attention written out, softmax(Q Kᵀ / √D + mask) V, which
+      keeps the weights (the course's :func:`~mha_course.attention.masked_softmax` gives a query
+      with nothing to attend to zero weights);
+    * self-attention (``query is key is value``): one (3E × E) projection for Q, K and V at once.
+
+    ``is_causal=True`` is, as in torch, a promise that ``attn_mask`` is the causal mask: with no
+    ``key_padding_mask`` and ``need_weights=False`` the kernel's own causal mode runs and
+    ``attn_mask`` is not read. Unlike torch, ``is_causal=True`` also works *without* ``attn_mask``:
+    the causal mask (query i sees keys 0..i) is then built here.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
+        require_positive_int("embed_dim", embed_dim)
+        require_positive_int("num_heads", num_heads)
+        if embed_dim % num_heads != 0:
+            raise ValueError(
+                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}): each head gets "
+                f"embed_dim / num_heads features, and {embed_dim} / {num_heads} is not a whole number"
+            )
+        require_probability("dropout", dropout)
+        for name, dim in (("kdim", kdim), ("vdim", vdim)):
+            if dim is not None:
+                require_positive_int(name, dim)
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        self.dropout = dropout
+        self.batch_first = batch_first
+
+        if self._qkv_same_embed_dim:  # W^Q, W^K, W^V stacked: one matmul projects all three
+            self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim, **factory))
+            for name in ("q_proj_weight", "k_proj_weight", "v_proj_weight"):
+                self.register_parameter(name, None)
+        else:
+            self.q_proj_weight = nn.Parameter(torch.empty(embed_dim, embed_dim, **factory))
+            self.k_proj_weight = nn.Parameter(torch.empty(embed_dim, self.kdim, **factory))
+            self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim, **factory))
+            self.register_parameter("in_proj_weight", None)
+        if bias:
+            self.in_proj_bias = nn.Parameter(torch.empty(3 * embed_dim, **factory))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)  # W^O
+        # torch's optional extras, read by code written for torch; not supported here.
+        self.bias_k = self.bias_v = None
+        self.add_zero_attn = False
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        """torch's initialisation, in torch's order: the same seed gives the same weights."""
+        if self._qkv_same_embed_dim:
+            nn.init.xavier_uniform_(self.in_proj_weight)
+        else:
+            for weight in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+                nn.init.xavier_uniform_(weight)
+        if self.in_proj_bias is not None:
+            nn.init.zeros_(self.in_proj_bias)
+            nn.init.zeros_(self.out_proj.bias)
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
+        """A copy of a ``torch.nn.MultiheadAttention``: same configuration (``batch_first``
+        included), same weights, same train/eval mode."""
+        if not isinstance(module, nn.MultiheadAttention):
+            raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("add_bias_kv=True and add_zero_attn=True are not supported by MultiHeadAttention")
+        weight = module.out_proj.weight
+        ours = cls(
+            module.embed_dim, module.num_heads, dropout=module.dropout,
+            bias=module.in_proj_bias is not None, kdim=module.kdim, vdim=module.vdim,
+            batch_first=module.batch_first, device=weight.device, dtype=weight.dtype,
+        )
+        ours.load_state_dict(module.state_dict())
+        return ours.train(module.training)
+
+    def extra_repr(self) -> str:
+        dims = "" if self._qkv_same_embed_dim else f", kdim={self.kdim}, vdim={self.vdim}"
+        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}{dims}, dropout={self.dropout}, "
+                f"bias={self.in_proj_bias is not None}, batch_first={self.batch_first}")
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: torch.Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(output, weights)`` exactly as ``torch.nn.MultiheadAttention.forward``.
+
+        output: (B, L, E) batch first, (L, B, E) otherwise, (L, E) for unbatched input.
+        weights: None unless ``need_weights``; (B, L, S) averaged over heads, or (B, H, L, S) per
+        head with ``average_attn_weights=False`` (no B for unbatched input).
+        """
+        batched = self._check_inputs(query, key, value)
+        self_attention = query is key and key is value
+        batch_dim = 0 if self.batch_first or not batched else 1
+        if not batched:  # one sequence: give it a batch of size 1
+            query, key, value = (x.unsqueeze(batch_dim) for x in (query, key, value))
+        B, L, S = query.size(batch_dim), query.size(1 - batch_dim), key.size(1 - batch_dim)
+        self._check_masks(attn_mask, key_padding_mask, query.dtype, B, L, S, batched)
+
+        # SDPA's own causal kernel when nothing else has to be masked and no weights are returned.
+        causal_kernel = is_causal and key_padding_mask is None and not need_weights
+        if is_causal and attn_mask is None and not causal_kernel:
+            attn_mask = ~causal_mask(L, S, device=query.device)  # True = masked out, torch's way
+        mask = None if causal_kernel else self._may_attend(attn_mask, key_padding_mask, B, L, S)
+
+        seq = "b l" if batch_dim == 0 else "l b"  # where the batch axis is in the inputs
+        q, k, v = self._project(query, key, value, self_attention, seq)  # (B, H, L|S, D) each
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:
+            heads, weights = _attention_with_weights(q, k, v, mask, dropout_p)
+        else:
+            heads, weights = _fused_attention(q, k, v, mask, dropout_p, causal_kernel), None
+        output = self.out_proj(rearrange(heads, f"b h l d -> {seq} (h d)"))  # Concat(head_i) W^O
+
+        if weights is not None and average_attn_weights:
+            weights = weights.mean(dim=1)
+        if not batched:
+            output = output.squeeze(batch_dim)
+            weights = weights.squeeze(0) if weights is not None else None
+        return output, weights
+
+    def _project(self, query, key, value, self_attention: bool, seq: str):
+        """Q W^Q, K W^K, V W^V, each split into heads: (B, H, L, D), (B, H, S, D), (B, H, S, D)."""
+        split = f"{seq} (h d) -> b h l d"
+        if self_attention and self._qkv_same_embed_dim:  # one matmul for all three
+            qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)
+            return rearrange(qkv, f"{seq} (three h d) -> three b h l d", three=3, h=self.num_heads).unbind(0)
+        if self._qkv_same_embed_dim:
+            w_q, w_k, w_v = self.in_proj_weight.chunk(3)
+        else:
+            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        b_q, b_k, b_v = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None,) * 3
+        return (rearrange(F.linear(x, w, b), split, h=self.num_heads)
+                for x, w, b in ((query, w_q, b_q), (key, w_k, b_k), (value, w_v, b_v)))
+
+    def _may_attend(self, attn_mask, key_padding_mask, B, L, S) -> torch.Tensor | None:
+        """torch's two masks (True = masked out, or float added) merged into one mask in the
+        attention functions' convention (True = may attend, or float added), broadcastable to
+        (B, H, L, S)."""
+        masks = []
+        if attn_mask is not None:
+            masks.append(attn_mask if attn_mask.dim() == 2 else attn_mask.view(B, self.num_heads, L, S))
+        if key_padding_mask is not None:
+            masks.append(key_padding_mask.view(B, 1, 1, S))
+        if not masks:
+            return None
+        if all(m.dtype == torch.bool for m in masks):
+            return ~(masks[0] | masks[1]) if len(masks) == 2 else ~masks[0]
+        # At least one float mask: turn bool ones into 0 / -inf and add them up.
+        dtype = next(m.dtype for m in masks if m.is_floating_point())
+        added = [m if m.is_floating_point() else torch.zeros(m.shape, dtype=dtype, device=m.device)
+                 .masked_fill(m, float("-inf")) for m in masks]
+        return added[0] + added[1] if len(added) == 2 else added[0]
+
+    # ------------------------------------------------------------------ argument checks
+
+    def _check_inputs(self, query, key, value) -> bool:
+        """Validate query, key and value; return whether they are batched (3-D)."""
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            require_floating(name, x)
+            require_ndim(name, x, (2, 3), "(3-D for a batch, 2-D (length, features) for one sequence)")
+        if not query.dim() == key.dim() == value.dim():
+            raise ValueError(
+                f"query, key and value must all be batched (3-D) or all unbatched (2-D), got shapes "
+                f"{shape_str(query.shape)}, {shape_str(key.shape)} and {shape_str(value.shape)}"
+            )
+        require_size("query", query, -1, self.embed_dim, "embed_dim")
+        require_size("key", key, -1, self.kdim, "kdim")
+        require_size("value", value, -1, self.vdim, "vdim")
+        batched = query.dim() == 3
+        length_dim = 1 if self.batch_first and batched else 0
+        if key.size(length_dim) != value.size(length_dim):
+            raise ValueError(
+                f"key and value must have the same length S (one value per key): key {shape_str(key.shape)} "
+                f"has S={key.size(length_dim)}, value {shape_str(value.shape)} has S={value.size(length_dim)}"
+            )
+        if batched and not query.size(1 - length_dim) == key.size(1 - length_dim) == value.size(1 - length_dim):
+            where = "dim 0" if self.batch_first else "dim 1 (batch_first=False)"
+            raise ValueError(
+                f"query, key and value must have the same batch size B in {where}, got shapes "
+                f"{shape_str(query.shape)}, {shape_str(key.shape)} and {shape_str(value.shape)}"
+            )
+        dtype = self.out_proj.weight.dtype
+        if not query.dtype == key.dtype == value.dtype == dtype:
+            raise ValueError(
+                f"query, key and value must have the parameters' dtype {dtype}, got {query.dtype}, "
+                f"{key.dtype} and {value.dtype}; convert the inputs or the module (e.g. module.to({query.dtype}))"
+            )
+        return batched
+
+    def _check_masks(self, attn_mask, key_padding_mask, dtype, B, L, S, batched) -> None:
+        H = self.num_heads
+        if attn_mask is not None:
+            heads = ((B * H, L, S), f"(B·num_heads, L, S) = ({B}·{H}, {L}, {S})") if batched \
+                else ((H, L, S), f"(num_heads, L, S) = ({H}, {L}, {S})")
+            _require_mask("attn_mask", attn_mask, dtype, ((L, S), f"(L, S) = ({L}, {S})"), heads)
+        if key_padding_mask is not None:
+            expected = ((B, S), f"(B, S) = ({B}, {S})") if batched else ((S,), f"(S,) = ({S},)")
+            _require_mask("key_padding_mask", key_padding_mask, dtype, expected)
+
+
+def _require_mask(name: str, mask, dtype, *shapes: tuple[tuple[int, ...], str]) -> None:
+    """A mask is bool (True = masked out) or float (added to the scores) and has one of ``shapes``."""
+    require_tensor(name, mask)
+    if mask.dtype != torch.bool and mask.dtype != dtype:
+        kind = "float" if mask.is_floating_point() else "integer"
+        fix = f"{name}.to({dtype})" if mask.is_floating_point() else f"{name}.bool()"
+        raise ValueError(
+            f"{name} has dtype {mask.dtype}; expected torch.bool (True = masked out) or the inputs' "
+            f"float dtype {dtype} (added to the scores). Convert the {kind} mask with {fix}"
+        )
+    if tuple(mask.shape) not in [shape for shape, _ in shapes]:
+        expected = " or ".join(text for _, text in shapes)
+        raise ValueError(f"{name} has shape {shape_str(mask.shape)}, expected {expected}")
+
+
+def _fused_attention(q, k, v, mask, dropout_p: float, is_causal: bool) -> torch.Tensor:
+    """torch's fused SDPA kernel, with ``mask`` in its convention (True = may attend), and a
+    zero output (not NaN, as older kernels give) for a query that may attend to nothing."""
+    nothing_allowed = None
+    if mask is not None:
+        nothing_allowed = ~mask.any(-1, keepdim=True) if mask.dtype == torch.bool \
+            else mask.isneginf().all(-1, keepdim=True)
+        if nothing_allowed.any():  # let those rows attend anywhere, then zero them
+            mask = mask | nothing_allowed if mask.dtype == torch.bool else mask.masked_fill(nothing_allowed, 0.0)
+        else:
+            nothing_allowed = None
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+    return heads if nothing_allowed is None else heads.masked_fill(nothing_allowed, 0.0)
+
+
+def _attention_with_weights(q, k, v, mask, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q Kᵀ / √D + mask) V and the weights (B, H, L, S), ``mask`` as in
+    :func:`_fused_attention`. A query that may attend to nothing gets zero weights."""
+    # The matmul needs each head's rows side by side: copy Q (and scale it in the same pass) and K
+    # ourselves; left to itself, matmul would copy Kᵀ column by column, which is slower.
+    q = q.clone(memory_format=torch.contiguous_format).mul_(q.size(-1) ** -0.5)
+    scores = q @ k.contiguous().transpose(-2, -1)  # (B, H, L, S)
+    nothing_allowed = None
+    if mask is not None and mask.dtype == torch.bool:
+        scores.masked_fill_(~mask, float("-inf"))
+        nothing_allowed = ~mask.any(-1, keepdim=True)
+    elif mask is not None:
+        scores += mask
+        nothing_allowed = mask.isneginf().all(-1, keepdim=True)
+    if nothing_allowed is not None and nothing_allowed.any():
+        weights = masked_softmax(scores, nothing_allowed)  # zero weights there, not NaN
+    elif scores.requires_grad:
+        weights = torch.softmax(scores, dim=-1)
+    else:  # no autograd: reuse the scores' memory; a fresh (B, H, L, S) buffer costs as much as the softmax
+        weights = torch.softmax(scores, dim=-1, out=scores)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights

@@ -1,0 +1,274 @@
+"""check_multi_head_attention accepts every correct style and names each classic mistake."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from einops import einsum, rearrange
+from torch import nn
+
+from mha_course import reference
+from mha_course.checks import ExerciseFailure, check_multi_head_attention
+
+
+def passes(candidate, capsys):
+    check_multi_head_attention(candidate)
+    out = capsys.readouterr().out
+    assert out.startswith("✅ multi_head_attention: all 5 cases"), out
+
+
+def fails_with(candidate, *phrases):
+    with pytest.raises(ExerciseFailure) as failure:
+        check_multi_head_attention(candidate)
+    message = str(failure.value)
+    for phrase in phrases:
+        assert phrase in message, f"{phrase!r} not in:\n{message}"
+    return message
+
+
+class Projections(nn.Module):
+    """The exercise skeleton's __init__: four nn.Linear(embed_dim, embed_dim)."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+
+# ---------------------------------------------------------------- correct answers, four ways
+
+class Loop(Projections):
+    """One head at a time: head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), then Concat."""
+
+    def forward(self, query, key, value, attn_mask=None):
+        Q, K, V = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        heads, weights = [], []
+        for i in range(self.num_heads):
+            cols = slice(i * self.head_dim, (i + 1) * self.head_dim)
+            scores = Q[..., cols] @ K[..., cols].transpose(-2, -1) / math.sqrt(self.head_dim)
+            if attn_mask is not None:  # (L, S) or (B, 1, 1, S): drop the heads axis
+                mask = attn_mask if attn_mask.dim() == 2 else attn_mask[:, 0]
+                scores = scores.masked_fill(~mask, float("-inf"))
+            w = torch.softmax(scores, dim=-1)
+            heads.append(w @ V[..., cols])
+            weights.append(w)
+        return self.out_proj(torch.cat(heads, dim=-1)), torch.stack(weights, dim=1)
+
+
+class Einsum(Projections):
+    def forward(self, query, key, value, attn_mask=None):
+        def split(x):
+            return x.unflatten(-1, (self.num_heads, self.head_dim))  # (B, L, H, D)
+
+        Q, K, V = split(self.q_proj(query)), split(self.k_proj(key)), split(self.v_proj(value))
+        scores = torch.einsum("blhd,bshd->bhls", Q, K) / self.head_dim ** 0.5
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        heads = einsum(weights, V, "b h l s, b s h d -> b l h d")
+        return self.out_proj(heads.flatten(-2)), weights
+
+
+class ViewTransposeSDPA(Projections):
+    """view/transpose, torch's fused kernel for the output and the weights computed alongside."""
+
+    def forward(self, query, key, value, attn_mask=None):
+        B, L, E = query.shape
+        q, k, v = (proj(x).view(B, -1, self.num_heads, self.head_dim).transpose(1, 2)
+                   for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        return self.out_proj(out.transpose(1, 2).reshape(B, L, E)), scores.softmax(-1)
+
+
+class EinopsOwnAttention(Projections):
+    """einops rearrange around the learner's lesson-01 attention."""
+
+    def forward(self, query, key, value, attn_mask=None):
+        q, k, v = (rearrange(proj(x), "b l (h d) -> b h l d", h=self.num_heads)
+                   for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+        heads, weights = reference.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return self.out_proj(rearrange(heads, "b h l d -> b l (h d)")), weights
+
+
+@pytest.mark.parametrize("candidate", [Loop, Einsum, ViewTransposeSDPA, EinopsOwnAttention,
+                                       reference.MultiHeadAttention])
+def test_accepts_every_correct_style(candidate, capsys):
+    passes(candidate, capsys)
+    assert check_multi_head_attention.passes(candidate) is True
+
+
+def test_leaves_the_learners_random_stream_alone(capsys):
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    check_multi_head_attention(Einsum)
+    assert torch.equal(torch.rand(3), expected)
+
+
+# ---------------------------------------------------------------- the classic mistakes
+
+class Wrong(Projections):
+    """view/transpose multi-head attention with one classic mistake switched on."""
+
+    mistake = None
+
+    def split(self, x):
+        B, L, E = x.shape
+        if self.mistake == "view without transpose":
+            return x.view(B, self.num_heads, L, self.head_dim)
+        return x.view(B, L, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, query, key, value, attn_mask=None):
+        m = self.mistake
+        B, L, E = query.shape
+        q = self.split(self.q_proj(query))
+        k = self.split((self.q_proj if m == "keys with q_proj" else self.k_proj)(key))
+        v = self.split(self.v_proj(key if m == "values from key" else value))
+        d = {"sqrt(d_model)": E, "no scale": 1}.get(m, self.head_dim)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+        if attn_mask is not None and m != "mask ignored":
+            blocked = attn_mask if m == "mask inverted" else ~attn_mask
+            scores = scores.masked_fill(blocked, 0.0 if m == "mask filled with 0" else float("-inf"))
+        dim = {"softmax over queries": -2, "softmax over heads": 1}.get(m, -1)
+        weights = torch.softmax(scores, dim=dim)
+        heads = weights @ v
+        if m == "merge without transpose back":
+            merged = heads.reshape(B, L, E)
+        else:
+            merged = heads.transpose(1, 2).reshape(B, L, E)
+        out = merged if m == "no out_proj" else self.out_proj(merged)
+        return out, (weights.mean(dim=1) if m == "weights averaged" else weights)
+
+
+def wrong(mistake):
+    return type(f"Wrong_{mistake}", (Wrong,), {"mistake": mistake})
+
+
+@pytest.mark.parametrize("mistake, phrases", [
+    ("view without transpose", ["per-head weights differ", "split with .view(B, H, L, D)", ".transpose(1, 2)"]),
+    ("merge without transpose back", ["outputs differ", "merged with .reshape(B, L, E)"]),
+    ("sqrt(d_model)", ["√d_model", "embed_dim // num_heads"]),
+    ("no scale", ["not scaled"]),
+    ("no out_proj", ["outputs differ", "output projection W^O is missing"]),
+    ("keys with q_proj", ["keys are projected with q_proj", "K = k_proj(key)"]),
+    ("values from key", ["computed from `key`"]),
+    ("mask ignored", ["Case 'padding mask", "the mask is ignored"]),
+    ("mask inverted", ["Case 'padding mask", "the mask is inverted"]),
+    ("mask filled with 0", ["exp(0) = 1"]),
+    ("weights averaged", ["(2, 5, 5), expected (B, H, L, S) = (2, 4, 5, 5)", "averaged the weights over the heads"]),
+    ("softmax over queries", ["over the queries (dim=-2)"]),
+    ("softmax over heads", ["over the heads (dim=1)"]),
+])
+def test_names_each_classic_mistake(mistake, phrases):
+    message = fails_with(wrong(mistake), "Likely cause", *phrases)
+    assert message.count("Likely cause") == 1
+
+
+def test_the_right_version_of_the_mistakes_class_passes(capsys):
+    passes(Wrong, capsys)  # so each failure above is due to its mistake alone
+
+
+def test_inverted_causal_mask_is_named_even_though_it_gives_nan():
+    class InvertedCausalOnly(Wrong):
+        def forward(self, query, key, value, attn_mask=None):
+            inverted = attn_mask is not None and attn_mask.dim() == 2
+            return super().forward(query, key, value, ~attn_mask if inverted else attn_mask)
+
+    fails_with(InvertedCausalOnly, "Case 'causal mask", "NaN", "the mask is inverted")
+
+
+def test_one_head_over_all_features_is_told_to_split():
+    class OneHead(Projections):
+        def forward(self, query, key, value, attn_mask=None):
+            q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+            weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+            return self.out_proj(weights @ v), weights
+
+    fails_with(OneHead, "weights have shape (2, 5, 5)", "no heads axis", "'b l (h d) -> b h l d'")
+
+
+# ---------------------------------------------------------------- structure, skeleton and crashes
+
+def test_unsolved_skeleton_is_not_done_yet(capsys):
+    class Skeleton(Projections):
+        def forward(self, query, key, value, attn_mask=None):
+            raise NotImplementedError
+
+    class EmptySkeleton(nn.Module):  # not even the projections yet
+        def __init__(self, embed_dim, num_heads):
+            super().__init__()
+
+        def forward(self, query, key, value, attn_mask=None):
+            raise NotImplementedError
+
+    for skeleton in (Skeleton, EmptySkeleton):
+        assert check_multi_head_attention(skeleton) is None
+        assert "⏳ multi_head_attention: not done yet" in capsys.readouterr().out
+        assert check_multi_head_attention.passes(skeleton) is False
+
+
+def test_missing_projection_is_named():
+    class NoKProj(Einsum):
+        def __init__(self, embed_dim, num_heads):
+            super().__init__(embed_dim, num_heads)
+            del self.k_proj
+            self.key_proj = nn.Linear(embed_dim, embed_dim)
+
+    fails_with(NoKProj, "has no k_proj", "self.k_proj (W^K)", "nn.Linear(embed_dim, embed_dim)")
+
+
+def test_projection_of_the_wrong_shape_is_named():
+    class SmallV(Einsum):
+        def __init__(self, embed_dim, num_heads):
+            super().__init__(embed_dim, num_heads)
+            self.v_proj = nn.Linear(embed_dim, self.head_dim)  # one head's W_i^V instead of all of them
+
+    fails_with(SmallV, "self.v_proj.weight has shape (6, 24), expected (24, 24)", "nn.Linear(24, 24)")
+
+
+def test_projection_without_bias_is_named():
+    class NoBias(Einsum):
+        def __init__(self, embed_dim, num_heads):
+            super().__init__(embed_dim, num_heads)
+            self.out_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+
+    fails_with(NoBias, "self.out_proj has no bias")
+
+
+def test_an_instance_instead_of_the_class():
+    fails_with(Einsum(24, 4), "Pass the class itself")
+
+
+def test_forgetting_the_weights():
+    class OutputOnly(Einsum):
+        def forward(self, query, key, value, attn_mask=None):
+            return super().forward(query, key, value, attn_mask)[0]
+
+    fails_with(OutputOnly, "return a tuple (output, weights)")
+
+
+def test_a_hard_coded_number_of_heads_is_named():
+    class HardCodedHeads(Einsum):  # right for 4 heads of 6, wrong for 3 heads of 8
+        def forward(self, query, key, value, attn_mask=None):
+            self.num_heads, self.head_dim = 4, 6
+            return super().forward(query, key, value, attn_mask)
+
+    fails_with(HardCodedHeads, "Case 'causal mask", "your weights have 4 heads", "num_heads=3")
+
+
+def test_a_crash_names_the_case():
+    class HardCodedHeadSize(Einsum):  # right for 4 heads of 6, a crash for 8 heads of 4
+        def forward(self, query, key, value, attn_mask=None):
+            self.head_dim = 24 // self.num_heads
+            return super().forward(query, key, value, attn_mask)
+
+    fails_with(HardCodedHeadSize, "Case '8 heads of size 4", "RuntimeError", "Likely cause")
