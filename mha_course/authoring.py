@@ -10,6 +10,7 @@ skeleton's step-by-step guide) and a ``raise NotImplementedError``. Markdown cel
     python -m mha_course.authoring build 02        # only lesson 02 (both versions)
     python -m mha_course.authoring check           # fail if an exercise notebook is stale
     python -m mha_course.authoring reset 02        # give a learner a fresh lesson-02 notebook
+    python -m mha_course.authoring stats           # per lesson: words, exercises, run time, memory
 """
 
 from __future__ import annotations
@@ -52,6 +53,42 @@ def release_tag() -> str:
     from . import __version__
 
     return f"v{__version__}"
+
+
+def _github_path() -> str:
+    """``owner/name`` of the repository on GitHub."""
+    return repository_url().removeprefix("https://github.com/").rstrip("/")
+
+
+def colab_url(path_in_repo: str) -> str:
+    return f"https://colab.research.google.com/github/{_github_path()}/blob/{release_tag()}/{path_in_repo}"
+
+
+def binder_url() -> str:
+    return f"https://mybinder.org/v2/gh/{_github_path()}/{release_tag()}?urlpath=lab/tree/notebooks"
+
+
+COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
+BINDER_BADGE = "https://mybinder.org/badge_logo.svg"
+
+
+def badges_line(path_in_repo: str) -> str:
+    """The first line of every notebook: open it on Colab, or the whole course on Binder."""
+    return (f"[![Open In Colab]({COLAB_BADGE})]({colab_url(path_in_repo)}) "
+            f"[![Binder]({BINDER_BADGE})]({binder_url()})")
+
+
+def stamp_badges(nb, path_in_repo: str) -> None:
+    """Put the badges line at the top of the first (title) markdown cell."""
+    cell = nb.cells[0]
+    if cell.cell_type != "markdown":
+        raise ValueError("a notebook starts with its title, in a markdown cell")
+    lines = cell.source.split("\n")
+    if lines and lines[0].startswith("[![Open In Colab]"):
+        lines = lines[1:]
+        while lines and not lines[0].strip():
+            lines = lines[1:]
+    cell.source = "\n".join([badges_line(path_in_repo), ""] + lines)
 
 
 def setup_cell_source() -> str:
@@ -122,6 +159,7 @@ def make_exercise_notebook(solution, name: str):
             cell.source = exercise_source(cell.source)
             cell.outputs, cell.execution_count = [], None
         cells.append(cell)
+    stamp_badges(nb, f"notebooks/{name}")
     note = nbformat.v4.new_markdown_cell(EXERCISE_NOTE.format(name=name))
     note.metadata["tags"] = ["exercise-note"]
     note.id = "exercise-note"
@@ -153,6 +191,8 @@ def stale_notebooks() -> list[str]:
         first_code = next((c for c in solution.cells if c.cell_type == "code"), None)
         if first_code is None or first_code.source != setup_cell_source():
             problems.append(f"{path.relative_to(ROOT)}: the first code cell is not the shared set-up cell")
+        if not solution.cells[0].source.startswith(badges_line(f"notebooks/solutions/{path.name}")):
+            problems.append(f"{path.relative_to(ROOT)}: the first cell does not start with its badges")
         target = exercise_path(path)
         if not target.exists():
             problems.append(f"{target.relative_to(ROOT)}: missing (generate it from {path.relative_to(ROOT)})")
@@ -189,6 +229,17 @@ def clean(nb):
     return nb
 
 
+def clean_file(path: Path) -> bool:
+    """Clean one notebook file in place; True when it changed."""
+    before = path.read_text(encoding="utf-8")
+    nb = nbformat.reads(before, as_version=4)
+    after = nbformat.writes(clean(nb)) + "\n"
+    if after == before:
+        return False
+    path.write_text(after, encoding="utf-8")
+    return True
+
+
 def execute(nb, directory: Path, timeout: int = 900):
     from nbclient import NotebookClient
 
@@ -207,6 +258,7 @@ def build(only: list[str] | None = None, run: bool = True) -> None:
     for path in solution_paths(only):
         solution = nbformat.read(path, as_version=4)
         stamp_setup_cell(solution)
+        stamp_badges(solution, f"notebooks/solutions/{path.name}")
         exercise = make_exercise_notebook(solution, path.name)
         for nb, target in ((solution, path), (exercise, exercise_path(path))):
             if run:
@@ -214,6 +266,46 @@ def build(only: list[str] | None = None, run: bool = True) -> None:
                 execute(nb, target.parent)
                 print(f"executed {target.relative_to(ROOT)} in {time.perf_counter() - start:.1f} s")
             write(nb, target)
+
+
+def _peak_kernel_memory(client, stop, peak: list[float]) -> None:
+    """Sample the kernel process's resident memory until ``stop`` is set (psutil comes with Jupyter)."""
+    import psutil
+
+    while not stop.is_set():
+        km = getattr(client, "km", None)
+        pid = getattr(getattr(km, "provisioner", None), "pid", None)
+        if pid is not None:
+            try:
+                peak[0] = max(peak[0], psutil.Process(pid).memory_info().rss)
+            except psutil.Error:
+                pass
+        stop.wait(0.05)
+
+
+def lesson_stats(path: Path) -> dict:
+    """What an instructor plans with: words to read, code cells, exercises, and the time and peak
+    memory of executing the notebook here."""
+    import threading
+
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    words = sum(len(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    exercises = sum(c.source.lstrip().startswith("# exercise:") for c in code)
+    client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    stop, peak = threading.Event(), [0.0]
+    sampler = threading.Thread(target=_peak_kernel_memory, args=(client, stop, peak), daemon=True)
+    sampler.start()
+    start = time.perf_counter()
+    try:
+        client.execute()
+    finally:
+        stop.set()
+        sampler.join()
+    return {"notebook": path.name, "markdown_words": words, "code_cells": len(code), "exercises": exercises,
+            "run_seconds": round(time.perf_counter() - start, 1), "peak_kernel_mib": round(peak[0] / 2**20)}
 
 
 def reset(lesson: str) -> Path:
@@ -242,7 +334,24 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check", help="exit 1 if a generated notebook is stale")
     r = sub.add_parser("reset", help="a fresh exercise notebook for one lesson (old one backed up)")
     r.add_argument("lesson")
+    c = sub.add_parser("clean", help="clean notebook metadata in place (kernelspec, no widget state); "
+                                     "exit 1 if a file changed (for pre-commit)")
+    c.add_argument("paths", nargs="+", type=Path)
+    st = sub.add_parser("stats", help="words, cells, exercises, run time and peak memory per lesson")
+    st.add_argument("lessons", nargs="*", help="lesson numbers (default: all)")
     args = parser.parse_args(argv)
+    if args.command == "clean":
+        changed = [p for p in args.paths if clean_file(p)]
+        for p in changed:
+            print(f"cleaned {p}")
+        return 1 if changed else 0
+    if args.command == "stats":
+        print(f"{'notebook':<34} {'words':>6} {'cells':>6} {'exercises':>9} {'run s':>6} {'peak MiB':>9}")
+        for path in solution_paths(args.lessons or None):
+            row = lesson_stats(exercise_path(path))
+            print(f"{row['notebook']:<34} {row['markdown_words']:>6} {row['code_cells']:>6} "
+                  f"{row['exercises']:>9} {row['run_seconds']:>6} {row['peak_kernel_mib']:>9}")
+        return 0
     if args.command == "build":
         build(args.lessons or None, run=not args.no_execute)
     elif args.command == "check":

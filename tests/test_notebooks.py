@@ -111,3 +111,25 @@ def test_reset_backs_up_and_regenerates(tmp_path, monkeypatch):
     assert len(backups) == 1 and backups[0].read_text(encoding="utf-8") == "my work"
     fresh = nbformat.read(target, as_version=4)
     assert not any(authoring.BEGIN in c.source for c in fresh.cells)
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(ROOT)))
+def test_badges_open_this_very_notebook_at_the_release(path):
+    nb = nbformat.read(path, as_version=4)
+    first = nb.cells[0].source.split("\n")[0]
+    relative = path.relative_to(ROOT).as_posix()
+    assert first == authoring.badges_line(relative)
+    assert f"/blob/{authoring.release_tag()}/{relative})" in first
+
+
+def test_no_notebook_links_to_a_missing_file():
+    for path in ALL:
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type != "markdown":
+                continue
+            for target in re.findall(r"\]\(([^)\s]+)\)", cell.source):
+                if target.startswith(("http://", "https://", "#", "mailto:")):
+                    continue
+                assert (path.parent / target.split("#")[0]).exists(), f"{path.name}: broken link {target}"
+            assert "attachment:" not in cell.source, "draw figures with mha_course.diagrams instead"
