@@ -25,7 +25,6 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from einops import rearrange
 
 from ._validate import (
     require_floating,
@@ -178,14 +177,15 @@ class MultiHeadAttention(nn.Module):
             attn_mask = ~causal_mask(L, S, device=query.device)  # True = masked out, torch's way
         mask = None if causal_kernel else self._may_attend(attn_mask, key_padding_mask, B, L, S)
 
-        seq = "b l" if batch_dim == 0 else "l b"  # where the batch axis is in the inputs
-        q, k, v = self._project(query, key, value, self_attention, seq)  # (B, H, L|S, D) each
+        batch_first = batch_dim == 0  # the layout of the inputs (one sequence is made batch first)
+        # (B, H, L|S, D) each; the fused kernel reads views, the written-out attention wants copies
+        q, k, v = self._project(query, key, value, self_attention, batch_first, contiguous=need_weights)
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             heads, weights = _attention_with_weights(q, k, v, mask, dropout_p)
         else:
             heads, weights = _fused_attention(q, k, v, mask, dropout_p, causal_kernel), None
-        output = self.out_proj(rearrange(heads, f"b h l d -> {seq} (h d)"))  # Concat(head_i) W^O
+        output = self.out_proj(self._merge_heads(heads, batch_first))  # Concat(head_1, ..., head_h) W^O
 
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)
@@ -194,19 +194,38 @@ class MultiHeadAttention(nn.Module):
             weights = weights.squeeze(0) if weights is not None else None
         return output, weights
 
-    def _project(self, query, key, value, self_attention: bool, seq: str):
-        """Q W^Q, K W^K, V W^V, each split into heads: (B, H, L, D), (B, H, S, D), (B, H, S, D)."""
-        split = f"{seq} (h d) -> b h l d"
+    # The head split and merge are einops patterns written with view/permute: in this hot path
+    # rearrange's own overhead (a few µs a call) is measurable for short sequences.
+
+    def _split_heads(self, x: torch.Tensor, batch_first: bool, parts: int = 1) -> torch.Tensor:
+        """'b l (parts h d) -> parts b h l d' (from 'l b (parts h d)' when not batch first)."""
+        n1, n2, _ = x.shape
+        x = x.view(n1, n2, parts, self.num_heads, self.head_dim)
+        return x.permute(2, 0, 3, 1, 4) if batch_first else x.permute(2, 1, 3, 0, 4)
+
+    def _merge_heads(self, heads: torch.Tensor, batch_first: bool) -> torch.Tensor:
+        """'b h l d -> b l (h d)' ('-> l b (h d)' when not batch first): Concat(head_1..head_h)."""
+        B, H, L, D = heads.shape
+        if batch_first:
+            return heads.transpose(1, 2).reshape(B, L, H * D)
+        return heads.permute(2, 0, 1, 3).reshape(L, B, H * D)
+
+    def _project(self, query, key, value, self_attention: bool, batch_first: bool, contiguous: bool):
+        """Q W^Q, K W^K, V W^V, each split into heads: (B, H, L, D), (B, H, S, D), (B, H, S, D).
+
+        Views into the projections' output, or with ``contiguous`` each head's rows side by side in
+        memory, the layout a batched matmul wants (for self-attention, one copy makes all three)."""
         if self_attention and self._qkv_same_embed_dim:  # one matmul for all three
-            qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)
-            return rearrange(qkv, f"{seq} (three h d) -> three b h l d", three=3, h=self.num_heads).unbind(0)
+            qkv = self._split_heads(F.linear(query, self.in_proj_weight, self.in_proj_bias), batch_first, parts=3)
+            return (qkv.contiguous() if contiguous else qkv).unbind(0)
         if self._qkv_same_embed_dim:
             w_q, w_k, w_v = self.in_proj_weight.chunk(3)
         else:
             w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         b_q, b_k, b_v = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None,) * 3
-        return (rearrange(F.linear(x, w, b), split, h=self.num_heads)
-                for x, w, b in ((query, w_q, b_q), (key, w_k, b_k), (value, w_v, b_v)))
+        heads = (self._split_heads(F.linear(x, w, b), batch_first)[0]
+                 for x, w, b in ((query, w_q, b_q), (key, w_k, b_k), (value, w_v, b_v)))
+        return tuple(h.contiguous() if contiguous else h for h in heads)
 
     def _may_attend(self, attn_mask, key_padding_mask, B, L, S) -> torch.Tensor | None:
         """torch's two masks (True = masked out, or float added) merged into one mask in the
@@ -306,11 +325,16 @@ def _fused_attention(q, k, v, mask, dropout_p: float, is_causal: bool) -> torch.
 
 def _attention_with_weights(q, k, v, mask, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q Kᵀ / √D + mask) V and the weights (B, H, L, S), ``mask`` as in
-    :func:`_fused_attention`. A query that may attend to nothing gets zero weights."""
-    # The matmul needs each head's rows side by side: copy Q (and scale it in the same pass) and K
-    # ourselves; left to itself, matmul would copy Kᵀ column by column, which is slower.
-    q = q.clone(memory_format=torch.contiguous_format).mul_(q.size(-1) ** -0.5)
-    scores = q @ k.contiguous().transpose(-2, -1)  # (B, H, L, S)
+    :func:`_fused_attention`. A query that may attend to nothing gets zero weights.
+
+    q, k, v are contiguous (B, H, L|S, D), so the batched matmuls below see (B·H) plain matrices;
+    the 1/√D scale rides along in the first one (baddbmm's alpha) instead of costing a pass.
+    """
+    B, H, L, D = q.shape
+    S = k.size(-2)
+    q3, k3, v3 = q.reshape(B * H, L, D), k.reshape(B * H, S, D), v.reshape(B * H, S, D)
+    scores = torch.baddbmm(q3.new_empty(B * H, L, S), q3, k3.transpose(1, 2), beta=0.0, alpha=D**-0.5)
+    scores = scores.view(B, H, L, S)
     nothing_allowed = None
     if mask is not None and mask.dtype == torch.bool:
         scores.masked_fill_(~mask, float("-inf"))
@@ -326,4 +350,5 @@ def _attention_with_weights(q, k, v, mask, dropout_p: float) -> tuple[torch.Tens
         weights = torch.softmax(scores, dim=-1, out=scores)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    return weights @ v, weights
+    heads = torch.bmm(weights.reshape(B * H, L, S), v3).view(B, H, L, D)
+    return heads, weights
