@@ -8,7 +8,6 @@ matplotlib.use("Agg")
 # Build matplotlib's font cache now: on a fresh machine the first import prints a notice on
 # stderr, which nbval would compare against the notebook's saved (clean) output.
 import matplotlib.font_manager  # noqa: E402,F401
-
 from hypothesis import settings  # noqa: E402
 
 # Reproducible property tests: the same examples on every run, no time limit per example.

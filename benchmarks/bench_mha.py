@@ -27,36 +27,53 @@ from mha_course import MultiHeadAttention
 # name -> (train or eval mode, the statement timed; m is the module, x the input (B, L, E))
 CASES = {
     "inference (eval, no_grad, need_weights=False)": (
-        False, "with torch.no_grad(): m(x, x, x, need_weights=False)"),
+        False,
+        "with torch.no_grad(): m(x, x, x, need_weights=False)",
+    ),
     "training step (forward + backward, need_weights=False)": (
-        True, "m(x, x, x, need_weights=False)[0].sum().backward()"),
+        True,
+        "m(x, x, x, need_weights=False)[0].sum().backward()",
+    ),
     "forward with weights (eval, no_grad, need_weights=True)": (
-        False, "with torch.no_grad(): m(x, x, x, need_weights=True)"),
+        False,
+        "with torch.no_grad(): m(x, x, x, need_weights=True)",
+    ),
 }
 
 
 def median_time(module, x, train: bool, stmt: str, args, min_run_time: float) -> float:
     module.train(train)
     clock = time.process_time if args.cpu_time else time.perf_counter
-    timer = Timer(stmt, globals={"m": module, "x": x, "torch": torch}, num_threads=args.threads, timer=clock)
+    timer = Timer(
+        stmt, globals={"m": module, "x": x, "torch": torch}, num_threads=args.threads, timer=clock
+    )
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--threads", type=int, default=torch.get_num_threads(), help="torch threads"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per case")
     parser.add_argument("--quick", action="store_true", help="small sizes, 1 round: a smoke run")
-    parser.add_argument("--cpu-time", action="store_true",
-                        help="time the process's CPU time (with --threads 1: robust to other programs)")
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time the process's CPU time (with --threads 1: robust to other programs)",
+    )
     args = parser.parse_args()
     B, E, H = (2, 64, 4) if args.quick else (8, 512, 8)
     lengths = (16,) if args.quick else (128, 512)
     rounds, min_run_time = (1, 0.05) if args.quick else (args.rounds, 0.5)
 
     clock = "CPU time" if args.cpu_time else "wall time"
-    print(f"torch {torch.__version__}, {args.threads} thread(s), float32, CPU, {clock}; "
-          f"B={B}, E={E}, H={H}; median of {rounds} alternating round(s)\n")
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), float32, CPU, {clock}; "
+        f"B={B}, E={E}, H={H}; median of {rounds} alternating round(s)\n"
+    )
     print(f"{'case':58} {'L':>4} {'torch ms':>9} {'ours ms':>9} {'ratio':>6}")
     torch.manual_seed(0)
     for L in lengths:
@@ -71,7 +88,9 @@ def main() -> None:
                 for name, module in (("torch", theirs), ("ours", ours)):
                     times[name].append(median_time(module, x, train, stmt, args, min_run_time))
             t_torch, t_ours = statistics.median(times["torch"]), statistics.median(times["ours"])
-            print(f"{case:58} {L:>4} {t_torch * 1e3:>9.2f} {t_ours * 1e3:>9.2f} {t_ours / t_torch:>6.3f}")
+            print(
+                f"{case:58} {L:>4} {t_torch * 1e3:>9.2f} {t_ours * 1e3:>9.2f} {t_ours / t_torch:>6.3f}"
+            )
 
 
 if __name__ == "__main__":

@@ -28,14 +28,36 @@ from torch.utils.benchmark import Timer
 
 from mha_course.pretrained import load_minilm, model_directory
 
-SUBJECTS = ["The cat", "My neighbour's old dog", "A student in Zürich", "The committee", "Our tiny robot",
-            "Every morning, the baker", "The river", "A surprisingly calm crowd"]
-VERBS = ["reads", "quietly watches", "argues about", "paints", "forgets", "carefully explains", "drinks",
-         "writes a long letter about"]
-OBJECTS = ["coffee.", "tea, not coffee!", "the history of attention in neural networks.",
-           "a café crème, a croissant and the morning paper.", "why transformers need positional encodings?",
-           "the rain; then the sun; then the rain again.", "nothing at all.",
-           "the difference between pre-LN and post-LN, at length, with diagrams and examples."]
+SUBJECTS = [
+    "The cat",
+    "My neighbour's old dog",
+    "A student in Zürich",
+    "The committee",
+    "Our tiny robot",
+    "Every morning, the baker",
+    "The river",
+    "A surprisingly calm crowd",
+]
+VERBS = [
+    "reads",
+    "quietly watches",
+    "argues about",
+    "paints",
+    "forgets",
+    "carefully explains",
+    "drinks",
+    "writes a long letter about",
+]
+OBJECTS = [
+    "coffee.",
+    "tea, not coffee!",
+    "the history of attention in neural networks.",
+    "a café crème, a croissant and the morning paper.",
+    "why transformers need positional encodings?",
+    "the rain; then the sun; then the rain again.",
+    "nothing at all.",
+    "the difference between pre-LN and post-LN, at length, with diagrams and examples.",
+]
 
 
 def sentences(n: int) -> list[str]:
@@ -49,11 +71,17 @@ def median_time(stmt: str, globals_: dict, threads: int, min_run_time: float) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--threads", type=int, default=torch.get_num_threads(), help="torch threads"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per case")
     parser.add_argument("--batch", type=int, default=64, help="number of sentences")
-    parser.add_argument("--quick", action="store_true", help="8 sentences, 1 short round: a smoke run")
+    parser.add_argument(
+        "--quick", action="store_true", help="8 sentences, 1 short round: a smoke run"
+    )
     args = parser.parse_args()
     n = 8 if args.quick else args.batch
     rounds, min_run_time = (1, 0.05) if args.quick else (args.rounds, 1.0)
@@ -71,27 +99,44 @@ def main() -> None:
 
     with torch.no_grad():  # same answer first: never time two different computations
         mask = batch["attention_mask"].bool()
-        diff = (ours(**batch).last_hidden_state - bert_default(**batch).last_hidden_state)[mask].abs().max()
+        diff = (
+            (ours(**batch).last_hidden_state - bert_default(**batch).last_hidden_state)[mask]
+            .abs()
+            .max()
+        )
     if diff > 1e-4:
         raise SystemExit(f"the two models disagree (max abs diff {diff:.2e}); not timing them")
 
     cases = {
         "forward (no_grad)": (
-            "with torch.no_grad(): m(**batch)", ours, bert_default,
-            f"BertModel({bert_default.config._attn_implementation})"),
+            "with torch.no_grad(): m(**batch)",
+            ours,
+            bert_default,
+            f"BertModel({bert_default.config._attn_implementation})",
+        ),
         "forward + attention weights (no_grad)": (
-            "with torch.no_grad(): m(**batch, output_attentions=True)", ours, bert_eager, "BertModel(eager)"),
+            "with torch.no_grad(): m(**batch, output_attentions=True)",
+            ours,
+            bert_eager,
+            "BertModel(eager)",
+        ),
     }
-    print(f"torch {torch.__version__}, {args.threads} thread(s), float32, CPU; batch B={B} sentences padded "
-          f"to L={L} ({real} real tokens); median of {rounds} alternating round(s)\n")
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), float32, CPU; batch B={B} sentences padded "
+        f"to L={L} ({real} real tokens); median of {rounds} alternating round(s)\n"
+    )
     print(f"{'case':40} {'reference':>22} {'ref ms':>9} {'ours ms':>9} {'ratio':>6}")
     for case, (stmt, mine, theirs, label) in cases.items():
         times = {"theirs": [], "ours": []}
         for _ in range(rounds):
             for name, model in (("theirs", theirs), ("ours", mine)):
-                times[name].append(median_time(stmt, {"m": model, "batch": batch}, args.threads, min_run_time))
+                times[name].append(
+                    median_time(stmt, {"m": model, "batch": batch}, args.threads, min_run_time)
+                )
         t_theirs, t_ours = statistics.median(times["theirs"]), statistics.median(times["ours"])
-        print(f"{case:40} {label:>22} {t_theirs * 1e3:>9.2f} {t_ours * 1e3:>9.2f} {t_ours / t_theirs:>6.3f}")
+        print(
+            f"{case:40} {label:>22} {t_theirs * 1e3:>9.2f} {t_ours * 1e3:>9.2f} {t_ours / t_theirs:>6.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,14 @@ from .utils import get_device, seed_everything
 __version__ = "0.1.0"
 
 __all__ = [
-    "scaled_dot_product_attention", "MultiHeadAttention",
-    "LayerNorm", "PositionalEncoding", "positional_encoding", "EncoderLayer", "Encoder",
-    "get_device", "seed_everything", "__version__",
+    "scaled_dot_product_attention",
+    "MultiHeadAttention",
+    "LayerNorm",
+    "PositionalEncoding",
+    "positional_encoding",
+    "EncoderLayer",
+    "Encoder",
+    "get_device",
+    "seed_everything",
+    "__version__",
 ]

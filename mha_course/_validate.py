@@ -30,7 +30,9 @@ def require_floating(name: str, x: torch.Tensor) -> None:
 def require_ndim(name: str, x: torch.Tensor, allowed: tuple[int, ...], meaning: str) -> None:
     if x.dim() not in allowed:
         dims = " or ".join(f"{n}-D" for n in allowed)
-        raise ValueError(f"{name} must be {dims} {meaning}, got {x.dim()}-D shape {shape_str(x.shape)}")
+        raise ValueError(
+            f"{name} must be {dims} {meaning}, got {x.dim()}-D shape {shape_str(x.shape)}"
+        )
 
 
 def require_size(name: str, x: torch.Tensor, dim: int, expected: int, meaning: str) -> None:
@@ -66,7 +68,9 @@ def require_mask(name: str, mask, target_shape, convention: str, float_dtype=Non
             f"{name}.bool()"
         )
     if mask.is_floating_point() and float_dtype is not None and mask.dtype != float_dtype:
-        raise ValueError(f"{name} has dtype {mask.dtype}; a float mask must match the inputs' dtype {float_dtype}")
+        raise ValueError(
+            f"{name} has dtype {mask.dtype}; a float mask must match the inputs' dtype {float_dtype}"
+        )
     try:
         broadcast = torch.broadcast_shapes(mask.shape, target_shape)
     except RuntimeError:

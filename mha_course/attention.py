@@ -12,7 +12,13 @@ import numbers
 import torch
 import torch.nn.functional as F
 
-from ._validate import require_floating, require_mask, require_probability, require_tensor, shape_str
+from ._validate import (
+    require_floating,
+    require_mask,
+    require_probability,
+    require_tensor,
+    shape_str,
+)
 
 __all__ = ["scaled_dot_product_attention", "masked_softmax", "causal_mask"]
 
@@ -22,7 +28,9 @@ def causal_mask(L: int, S: int, device=None) -> torch.Tensor:
     return torch.ones(L, S, dtype=torch.bool, device=device).tril()
 
 
-def masked_softmax(scores: torch.Tensor, nothing_allowed: torch.Tensor | None = None) -> torch.Tensor:
+def masked_softmax(
+    scores: torch.Tensor, nothing_allowed: torch.Tensor | None = None
+) -> torch.Tensor:
     """Softmax over the keys (the last axis).
 
     A row whose scores are all -inf (a query with nothing to attend to) gets zero weights instead
@@ -42,9 +50,13 @@ def _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale) 
     for name, x in (("query", query), ("key", key), ("value", value)):
         require_floating(name, x)
         if x.dim() < 2:
-            raise ValueError(f"{name} must have at least 2 dims (..., length, features), got shape {shape_str(x.shape)}")
+            raise ValueError(
+                f"{name} must have at least 2 dims (..., length, features), got shape {shape_str(x.shape)}"
+            )
     if not (query.dtype == key.dtype == value.dtype):
-        raise ValueError(f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
+        raise ValueError(
+            f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, {value.dtype}"
+        )
     if query.size(-1) != key.size(-1):
         raise ValueError(
             f"query and key must have the same feature size E to be compared: query {shape_str(query.shape)} "
@@ -64,7 +76,9 @@ def _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale) 
         ) from None
     scores_shape = torch.Size((*batch, query.size(-2), key.size(-2)))
     if attn_mask is not None:
-        require_mask("attn_mask", attn_mask, scores_shape, "True = may attend", float_dtype=query.dtype)
+        require_mask(
+            "attn_mask", attn_mask, scores_shape, "True = may attend", float_dtype=query.dtype
+        )
         if is_causal:
             raise ValueError("pass either attn_mask or is_causal=True, not both (as torch's SDPA)")
     require_probability("dropout_p", dropout_p)
@@ -108,7 +122,9 @@ def scaled_dot_product_attention(
         weights = masked_softmax(scores, nothing_allowed=~attn_mask.any(dim=-1, keepdim=True))
     else:
         scores = scores + attn_mask
-        weights = masked_softmax(scores, nothing_allowed=attn_mask.isneginf().all(dim=-1, keepdim=True))
+        weights = masked_softmax(
+            scores, nothing_allowed=attn_mask.isneginf().all(dim=-1, keepdim=True)
+        )
     # weights: (..., L, S), each row sums to 1 (or is all 0 for a query with nothing to attend to)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)

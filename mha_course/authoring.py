@@ -74,8 +74,10 @@ BINDER_BADGE = "https://mybinder.org/badge_logo.svg"
 
 def badges_line(path_in_repo: str) -> str:
     """The first line of every notebook: open it on Colab, or the whole course on Binder."""
-    return (f"[![Open In Colab]({COLAB_BADGE})]({colab_url(path_in_repo)}) "
-            f"[![Binder]({BINDER_BADGE})]({binder_url()})")
+    return (
+        f"[![Open In Colab]({COLAB_BADGE})]({colab_url(path_in_repo)}) "
+        f"[![Binder]({BINDER_BADGE})]({binder_url()})"
+    )
 
 
 def stamp_badges(nb, path_in_repo: str) -> None:
@@ -113,6 +115,7 @@ def setup_cell_source() -> str:
 
 
 # ---------------------------------------------------------------- generating the exercise version
+
 
 def _skeleton(block: list[str], indent: str) -> list[str]:
     comments = [line for line in block if line.strip().startswith("#")]
@@ -160,10 +163,11 @@ def make_exercise_notebook(solution, name: str):
             cell.outputs, cell.execution_count = [], None
         cells.append(cell)
     stamp_badges(nb, f"notebooks/{name}")
-    note = nbformat.v4.new_markdown_cell(EXERCISE_NOTE.format(name=name))
-    note.metadata["tags"] = ["exercise-note"]
-    note.id = "exercise-note"
-    cells.insert(1, note)
+    if has_exercises(solution):
+        note = nbformat.v4.new_markdown_cell(EXERCISE_NOTE.format(name=name))
+        note.metadata["tags"] = ["exercise-note"]
+        note.id = "exercise-note"
+        cells.insert(1, note)
     nb.cells = cells
     return nb
 
@@ -190,20 +194,29 @@ def stale_notebooks() -> list[str]:
         solution = nbformat.read(path, as_version=4)
         first_code = next((c for c in solution.cells if c.cell_type == "code"), None)
         if first_code is None or first_code.source != setup_cell_source():
-            problems.append(f"{path.relative_to(ROOT)}: the first code cell is not the shared set-up cell")
+            problems.append(
+                f"{path.relative_to(ROOT)}: the first code cell is not the shared set-up cell"
+            )
         if not solution.cells[0].source.startswith(badges_line(f"notebooks/solutions/{path.name}")):
-            problems.append(f"{path.relative_to(ROOT)}: the first cell does not start with its badges")
+            problems.append(
+                f"{path.relative_to(ROOT)}: the first cell does not start with its badges"
+            )
         target = exercise_path(path)
         if not target.exists():
-            problems.append(f"{target.relative_to(ROOT)}: missing (generate it from {path.relative_to(ROOT)})")
+            problems.append(
+                f"{target.relative_to(ROOT)}: missing (generate it from {path.relative_to(ROOT)})"
+            )
             continue
         expected = make_exercise_notebook(solution, path.name)
         if _sources(nbformat.read(target, as_version=4)) != _sources(expected):
-            problems.append(f"{target.relative_to(ROOT)}: stale, differs from what {path.relative_to(ROOT)} generates")
+            problems.append(
+                f"{target.relative_to(ROOT)}: stale, differs from what {path.relative_to(ROOT)} generates"
+            )
     return problems
 
 
 # ---------------------------------------------------------------- executing and saving
+
 
 def stamp_setup_cell(nb) -> bool:
     """Make the first code cell the shared set-up cell; True when it changed."""
@@ -243,8 +256,13 @@ def clean_file(path: Path) -> bool:
 def execute(nb, directory: Path, timeout: int = 900):
     from nbclient import NotebookClient
 
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(directory)}})
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(directory)}},
+    )
     client.execute()
     return nb
 
@@ -294,7 +312,9 @@ def lesson_stats(path: Path) -> dict:
     words = sum(len(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
     code = [c for c in nb.cells if c.cell_type == "code"]
     exercises = sum(c.source.lstrip().startswith("# exercise:") for c in code)
-    client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
     stop, peak = threading.Event(), [0.0]
     sampler = threading.Thread(target=_peak_kernel_memory, args=(client, stop, peak), daemon=True)
     sampler.start()
@@ -304,15 +324,23 @@ def lesson_stats(path: Path) -> dict:
     finally:
         stop.set()
         sampler.join()
-    return {"notebook": path.name, "markdown_words": words, "code_cells": len(code), "exercises": exercises,
-            "run_seconds": round(time.perf_counter() - start, 1), "peak_kernel_mib": round(peak[0] / 2**20)}
+    return {
+        "notebook": path.name,
+        "markdown_words": words,
+        "code_cells": len(code),
+        "exercises": exercises,
+        "run_seconds": round(time.perf_counter() - start, 1),
+        "peak_kernel_mib": round(peak[0] / 2**20),
+    }
 
 
 def reset(lesson: str) -> Path:
     """Give a learner a fresh exercise notebook; the old one is kept as a backup beside it."""
     paths = solution_paths([lesson])
     if not paths:
-        raise SystemExit(f"no lesson {lesson!r}; lessons: {', '.join(p.name[:2] for p in solution_paths())}")
+        raise SystemExit(
+            f"no lesson {lesson!r}; lessons: {', '.join(p.name[:2] for p in solution_paths())}"
+        )
     target = exercise_path(paths[0])
     if target.exists():
         backup = target.with_name(f"{target.stem}.backup-{time.strftime('%Y%m%d-%H%M%S')}.ipynb")
@@ -325,19 +353,29 @@ def reset(lesson: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mha_course.authoring", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m mha_course.authoring",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="stamp the set-up cell, generate exercise versions, execute both")
+    b = sub.add_parser(
+        "build", help="stamp the set-up cell, generate exercise versions, execute both"
+    )
     b.add_argument("lessons", nargs="*", help="lesson numbers, e.g. 01 02 (default: all)")
     b.add_argument("--no-execute", action="store_true", help="generate only, without running")
     sub.add_parser("check", help="exit 1 if a generated notebook is stale")
     r = sub.add_parser("reset", help="a fresh exercise notebook for one lesson (old one backed up)")
     r.add_argument("lesson")
-    c = sub.add_parser("clean", help="clean notebook metadata in place (kernelspec, no widget state); "
-                                     "exit 1 if a file changed (for pre-commit)")
+    c = sub.add_parser(
+        "clean",
+        help="clean notebook metadata in place (kernelspec, no widget state); "
+        "exit 1 if a file changed (for pre-commit)",
+    )
     c.add_argument("paths", nargs="+", type=Path)
-    st = sub.add_parser("stats", help="words, cells, exercises, run time and peak memory per lesson")
+    st = sub.add_parser(
+        "stats", help="words, cells, exercises, run time and peak memory per lesson"
+    )
     st.add_argument("lessons", nargs="*", help="lesson numbers (default: all)")
     args = parser.parse_args(argv)
     if args.command == "clean":
@@ -346,11 +384,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cleaned {p}")
         return 1 if changed else 0
     if args.command == "stats":
-        print(f"{'notebook':<34} {'words':>6} {'cells':>6} {'exercises':>9} {'run s':>6} {'peak MiB':>9}")
+        print(
+            f"{'notebook':<34} {'words':>6} {'cells':>6} {'exercises':>9} {'run s':>6} {'peak MiB':>9}"
+        )
         for path in solution_paths(args.lessons or None):
             row = lesson_stats(exercise_path(path))
-            print(f"{row['notebook']:<34} {row['markdown_words']:>6} {row['code_cells']:>6} "
-                  f"{row['exercises']:>9} {row['run_seconds']:>6} {row['peak_kernel_mib']:>9}")
+            print(
+                f"{row['notebook']:<34} {row['markdown_words']:>6} {row['code_cells']:>6} "
+                f"{row['exercises']:>9} {row['run_seconds']:>6} {row['peak_kernel_mib']:>9}"
+            )
         return 0
     if args.command == "build":
         build(args.lessons or None, run=not args.no_execute)

@@ -52,10 +52,29 @@ from torch.utils import benchmark
 from .variants import MHAParams, mha_einops, mha_einsum, mha_loop, mha_sdpa
 
 __all__ = [
-    "Environment", "Result", "Sweep", "Implementation", "standard_implementations", "run_sweep",
-    "quick_sweep", "standard_sweep", "time_call", "peak_memory", "memory_method", "matmul_rate",
-    "mha_flops", "environment",
-    "to_table", "to_csv", "to_json", "load", "plot_sweep", "ratio", "growth_exponent", "summary", "main",
+    "Environment",
+    "Result",
+    "Sweep",
+    "Implementation",
+    "standard_implementations",
+    "run_sweep",
+    "quick_sweep",
+    "standard_sweep",
+    "time_call",
+    "peak_memory",
+    "memory_method",
+    "matmul_rate",
+    "mha_flops",
+    "environment",
+    "to_table",
+    "to_csv",
+    "to_json",
+    "load",
+    "plot_sweep",
+    "ratio",
+    "growth_exponent",
+    "summary",
+    "main",
 ]
 
 FORWARD, BACKWARD = "forward", "forward+backward"
@@ -67,6 +86,7 @@ NOISY = 0.2
 
 
 # --- records -----------------------------------------------------------------------------------------
+
 
 @dataclass
 class Environment:
@@ -135,9 +155,11 @@ class Implementation:
 
 # --- the implementations -----------------------------------------------------------------------------
 
+
 def _functional(variant: Callable) -> Callable:
     def build(params: MHAParams):
         return (lambda x: variant(x, x, x, params)[0]), params.tensors()
+
     return build
 
 
@@ -145,6 +167,7 @@ def _torch_module(need_weights: bool) -> Callable:
     def build(params: MHAParams):
         module = params.to_torch().eval()
         return (lambda x: module(x, x, x, need_weights=need_weights)[0]), list(module.parameters())
+
     return build
 
 
@@ -154,6 +177,7 @@ def _package_module(need_weights: bool) -> Callable:
 
         module = MultiHeadAttention.from_torch(params.to_torch()).eval()
         return (lambda x: module(x, x, x, need_weights=need_weights)[0]), list(module.parameters())
+
     return build
 
 
@@ -161,6 +185,7 @@ def _compiled(build: Callable) -> Callable:
     def build_compiled(params: MHAParams):
         run, leaves = build(params)
         return torch.compile(run), leaves
+
     return build_compiled
 
 
@@ -168,9 +193,17 @@ def _sdpa_backends() -> dict[str, object]:
     """SDPA's kernels by name, those this torch knows (forced one at a time with ``sdpa_kernel``)."""
     from torch.nn.attention import SDPBackend
 
-    names = {"math": "MATH", "flash": "FLASH_ATTENTION", "mem-efficient": "EFFICIENT_ATTENTION",
-             "cuDNN": "CUDNN_ATTENTION"}
-    return {label: getattr(SDPBackend, name) for label, name in names.items() if hasattr(SDPBackend, name)}
+    names = {
+        "math": "MATH",
+        "flash": "FLASH_ATTENTION",
+        "mem-efficient": "EFFICIENT_ATTENTION",
+        "cuDNN": "CUDNN_ATTENTION",
+    }
+    return {
+        label: getattr(SDPBackend, name)
+        for label, name in names.items()
+        if hasattr(SDPBackend, name)
+    }
 
 
 def standard_implementations(compile: bool = False) -> list[Implementation]:
@@ -182,22 +215,29 @@ def standard_implementations(compile: bool = False) -> list[Implementation]:
         Implementation("einsum", _functional(mha_einsum)),
         Implementation("batched matmul (einops)", _functional(mha_einops)),
         Implementation("SDPA", _functional(mha_sdpa)),
-        *(Implementation(f"SDPA {label}", _functional(mha_sdpa), kernel)
-          for label, kernel in _sdpa_backends().items()),
+        *(
+            Implementation(f"SDPA {label}", _functional(mha_sdpa), kernel)
+            for label, kernel in _sdpa_backends().items()
+        ),
         Implementation("package MHA", _package_module(need_weights=False)),
         Implementation("package MHA, need_weights", _package_module(need_weights=True)),
         Implementation(BASELINE, _torch_module(need_weights=False)),
         Implementation(f"{BASELINE}, need_weights", _torch_module(need_weights=True)),
     ]
     if compile:
-        impls += [Implementation("batched matmul, compiled", _compiled(_functional(mha_einops))),
-                  Implementation("SDPA, compiled", _compiled(_functional(mha_sdpa)))]
+        impls += [
+            Implementation("batched matmul, compiled", _compiled(_functional(mha_einops))),
+            Implementation("SDPA, compiled", _compiled(_functional(mha_sdpa))),
+        ]
     return impls
 
 
 # --- measuring ---------------------------------------------------------------------------------------
 
-def mha_flops(batch: int, length: int, embed_dim: int, mode: str = FORWARD, kv_length: int | None = None) -> float:
+
+def mha_flops(
+    batch: int, length: int, embed_dim: int, mode: str = FORWARD, kv_length: int | None = None
+) -> float:
     """Matmul FLOPs (a multiply-add counts 2) of one multi-head attention call.
 
     Projections Q, K, V and the output: 4 · 2·B·L·E² (with S keys, K and V cost 2·B·S·E² each);
@@ -210,8 +250,14 @@ def mha_flops(batch: int, length: int, embed_dim: int, mode: str = FORWARD, kv_l
     return float(forward * (3 if mode == BACKWARD else 1))
 
 
-def time_call(fn: Callable, *, threads: int, min_run_time: float = 0.2, max_run_time: float | None = None,
-              warmup: int = 2) -> tuple[float, float, int]:
+def time_call(
+    fn: Callable,
+    *,
+    threads: int,
+    min_run_time: float = 0.2,
+    max_run_time: float | None = None,
+    warmup: int = 2,
+) -> tuple[float, float, int]:
     """``(median, iqr, runs)`` in seconds of ``fn()``, with ``torch.utils.benchmark``.
 
     ``warmup`` calls first (lazy initialisation, caches, compilation), then torch's
@@ -224,7 +270,9 @@ def time_call(fn: Callable, *, threads: int, min_run_time: float = 0.2, max_run_
         fn()
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
     max_run_time = max(10 * min_run_time, 1.0) if max_run_time is None else max_run_time
-    measurement = timer.adaptive_autorange(threshold=0.1, min_run_time=min_run_time, max_run_time=max_run_time)
+    measurement = timer.adaptive_autorange(
+        threshold=0.1, min_run_time=min_run_time, max_run_time=max_run_time
+    )
     return measurement.median, measurement.iqr, len(measurement.times)
 
 
@@ -250,14 +298,20 @@ def _native_stderr_silenced():
 def _cpu_peak_bytes(fn: Callable) -> int | None:
     from torch.profiler import ProfilerActivity, profile
 
-    with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with (
+        _native_stderr_silenced(),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
         fn()
     try:
         events = prof.profiler.kineto_results.events()
     except AttributeError:  # a torch whose profiler keeps its events elsewhere
         return None
-    changes = sorted((e.start_ns(), e.nbytes()) for e in events
-                     if e.name() == "[memory]" and e.device_type().name == "CPU")
+    changes = sorted(
+        (e.start_ns(), e.nbytes())
+        for e in events
+        if e.name() == "[memory]" and e.device_type().name == "CPU"
+    )
     peak = running = 0
     for _, nbytes in changes:
         running += nbytes
@@ -270,7 +324,9 @@ def memory_method(device: torch.device) -> str:
     if device.type == "cuda":
         return "torch.cuda.max_memory_allocated minus the allocation before the call"
     if device.type == "cpu":
-        return "torch.profiler(profile_memory=True): peak of the running sum of CPU allocator events"
+        return (
+            "torch.profiler(profile_memory=True): peak of the running sum of CPU allocator events"
+        )
     return "not measured on this device"
 
 
@@ -288,11 +344,20 @@ def peak_memory(fn: Callable, device: torch.device) -> int | None:
     return None
 
 
-def matmul_rate(device: torch.device, dtype: torch.dtype, *, n: int = 1024, threads: int,
-                min_run_time: float = 0.2, max_run_time: float | None = None) -> float:
+def matmul_rate(
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    n: int = 1024,
+    threads: int,
+    min_run_time: float = 0.2,
+    max_run_time: float | None = None,
+) -> float:
     """FLOP/s of an (n, n) @ (n, n) matmul here: the practical ceiling attention is compared with."""
     a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-    median, _, _ = time_call(lambda: a @ b, threads=threads, min_run_time=min_run_time, max_run_time=max_run_time)
+    median, _, _ = time_call(
+        lambda: a @ b, threads=threads, min_run_time=min_run_time, max_run_time=max_run_time
+    )
     return 2 * n**3 / median
 
 
@@ -301,7 +366,9 @@ def _is_oom(error: BaseException) -> bool:
     if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
         return True
     text = str(error).lower()
-    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+    return isinstance(error, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text
+    )
 
 
 def _first_sentence(text: str) -> str:
@@ -312,7 +379,9 @@ def _first_sentence(text: str) -> str:
 
 def _is_unsupported(error: BaseException) -> bool:
     text = str(error)
-    return isinstance(error, RuntimeError) and ("No viable backend" in text or "No available kernel" in text)
+    return isinstance(error, RuntimeError) and (
+        "No viable backend" in text or "No available kernel" in text
+    )
 
 
 def _device_name(device: torch.device) -> str:
@@ -331,14 +400,20 @@ def _device_name(device: torch.device) -> str:
 def environment(device: torch.device, threads: int) -> Environment:
     """The facts a reader needs to compare these numbers with theirs."""
     return Environment(
-        torch_version=torch.__version__, python_version=platform.python_version(),
-        platform=platform.platform(), device=device.type, device_name=_device_name(device),
-        threads=threads, cuda_version=torch.version.cuda or "", memory_method=memory_method(device),
+        torch_version=torch.__version__,
+        python_version=platform.python_version(),
+        platform=platform.platform(),
+        device=device.type,
+        device_name=_device_name(device),
+        threads=threads,
+        cuda_version=torch.version.cuda or "",
+        memory_method=memory_method(device),
         timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
 
 
 # --- the sweep ---------------------------------------------------------------------------------------
+
 
 @dataclass
 class _Case:
@@ -351,21 +426,32 @@ class _Case:
     n_check: int
 
 
-def _make_case(params64: MHAParams, B: int, L: int, dtype, device, mode: str, n_check: int, seed: int) -> _Case:
+def _make_case(
+    params64: MHAParams, B: int, L: int, dtype, device, mode: str, n_check: int, seed: int
+) -> _Case:
     generator = torch.Generator().manual_seed(seed + L)
     x = torch.randn(B, L, params64.embed_dim, generator=generator, dtype=torch.float64).to(device)
-    grad_out = torch.randn(B, L, params64.embed_dim, generator=generator, dtype=torch.float64).to(device)
+    grad_out = torch.randn(B, L, params64.embed_dim, generator=generator, dtype=torch.float64).to(
+        device
+    )
     x, grad_out = x.to(dtype), grad_out.to(dtype)
     n_check = min(n_check, L)
     x64 = x.double().requires_grad_(mode == BACKWARD)
     reference = params64.to(device=device).to_torch().eval()
     with torch.set_grad_enabled(mode == BACKWARD):
-        ref_out = reference(x64[:, :n_check], x64, x64, need_weights=False)[0]  # the first queries only
+        ref_out = reference(x64[:, :n_check], x64, x64, need_weights=False)[
+            0
+        ]  # the first queries only
         ref_grad = None
         if mode == BACKWARD:
             (ref_grad,) = torch.autograd.grad(ref_out, x64, grad_out[:, :n_check].double())
-    return _Case(x.requires_grad_(mode == BACKWARD), grad_out if mode == BACKWARD else None,
-                 ref_out.detach(), ref_grad, n_check)
+    return _Case(
+        x.requires_grad_(mode == BACKWARD),
+        grad_out if mode == BACKWARD else None,
+        ref_out.detach(),
+        ref_grad,
+        n_check,
+    )
 
 
 def _relative_error(got: torch.Tensor, ref: torch.Tensor) -> float:
@@ -379,35 +465,50 @@ def _gate(run: Callable, case: _Case, mode: str) -> float:
     """The implementation's relative error against the float64 reference (output, input gradient)."""
     with torch.set_grad_enabled(mode == BACKWARD):
         out = run(case.x)
-    error = _relative_error(out[:, :case.n_check], case.ref_out)
+    error = _relative_error(out[:, : case.n_check], case.ref_out)
     if mode == BACKWARD:
         upstream = torch.zeros_like(out)
-        upstream[:, :case.n_check] = case.grad_out[:, :case.n_check]
+        upstream[:, : case.n_check] = case.grad_out[:, : case.n_check]
         (grad,) = torch.autograd.grad(out, case.x, upstream)
         error = max(error, _relative_error(grad, case.ref_grad))
     return error
 
 
-def _call(run: Callable, leaves: list[torch.Tensor], case: _Case, mode: str) -> Callable[[], object]:
+def _call(
+    run: Callable, leaves: list[torch.Tensor], case: _Case, mode: str
+) -> Callable[[], object]:
     """The thing that is timed: a forward under no_grad, or a forward and its full backward."""
     if mode == FORWARD:
+
         def forward():
             with torch.no_grad():
                 return run(case.x)
+
         return forward
 
     def forward_backward():
         out = run(case.x)
         return torch.autograd.grad(out, [case.x, *leaves], case.grad_out)
+
     return forward_backward
 
 
-def _measure(impl: Implementation, params: MHAParams, case: _Case, base: Result, device: torch.device, *,
-             threads: int, min_run_time: float, max_run_time: float | None) -> Result:
+def _measure(
+    impl: Implementation,
+    params: MHAParams,
+    case: _Case,
+    base: Result,
+    device: torch.device,
+    *,
+    threads: int,
+    min_run_time: float,
+    max_run_time: float | None,
+) -> Result:
     """Gate, memory, time, for one implementation; failures become a status, never an exception."""
     kernel = contextlib.nullcontext()
     if impl.kernel is not None:
         from torch.nn.attention import sdpa_kernel
+
         kernel = sdpa_kernel(impl.kernel)
     try:
         with kernel, warnings.catch_warnings(record=True) as caught:
@@ -416,12 +517,17 @@ def _measure(impl: Implementation, params: MHAParams, case: _Case, base: Result,
             run, leaves = impl.build(params)
             error = _gate(run, case, base.mode)
             if not error <= TOLERANCE[case.x.dtype]:
-                return dataclasses.replace(base, status="wrong", max_error=error,
-                                           message=f"relative error {error:.2g} > {TOLERANCE[case.x.dtype]:g}")
+                return dataclasses.replace(
+                    base,
+                    status="wrong",
+                    max_error=error,
+                    message=f"relative error {error:.2g} > {TOLERANCE[case.x.dtype]:g}",
+                )
             call = _call(run, leaves, case, base.mode)
             peak = peak_memory(call, device)
-            median, iqr, runs = time_call(call, threads=threads, min_run_time=min_run_time,
-                                          max_run_time=max_run_time)
+            median, iqr, runs = time_call(
+                call, threads=threads, min_run_time=min_run_time, max_run_time=max_run_time
+            )
     except ImportError as error:
         return dataclasses.replace(base, status="unavailable", message=str(error))
     except Exception as error:  # noqa: BLE001  (a failing implementation must not stop the sweep)
@@ -429,15 +535,26 @@ def _measure(impl: Implementation, params: MHAParams, case: _Case, base: Result,
             torch.cuda.empty_cache()
         status = "oom" if _is_oom(error) else "unsupported" if _is_unsupported(error) else "error"
         why = f"{type(error).__name__}: {_first_sentence(str(error))}"
-        if status == "unsupported":  # the kernels' warnings say why (dtype, head size, ...); the error does not
+        if (
+            status == "unsupported"
+        ):  # the kernels' warnings say why (dtype, head size, ...); the error does not
             reasons = [_first_sentence(str(w.message)) for w in caught]
             why = "; ".join(dict.fromkeys(reasons)) or "this device has no such kernel"
         return dataclasses.replace(base, status=status, message=why)
     rate = base.flops / median
     noisy = f"noisy: IQR {100 * iqr / median:.0f}% of the median" if iqr > NOISY * median else ""
-    return dataclasses.replace(base, status="ok", message=noisy, max_error=error, median_s=median, iqr_s=iqr,
-                               runs=runs, peak_bytes=peak, flop_rate=rate,
-                               matmul_fraction=rate / base.matmul_flop_rate if base.matmul_flop_rate else None)
+    return dataclasses.replace(
+        base,
+        status="ok",
+        message=noisy,
+        max_error=error,
+        median_s=median,
+        iqr_s=iqr,
+        runs=runs,
+        peak_bytes=peak,
+        flop_rate=rate,
+        matmul_fraction=rate / base.matmul_flop_rate if base.matmul_flop_rate else None,
+    )
 
 
 def run_sweep(
@@ -468,7 +585,11 @@ def run_sweep(
     reference checks the first ``check_queries`` queries; ``matmul_n`` sizes the matmul whose rate
     is the ceiling. ``progress`` is called with each result as it comes.
     """
-    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = (
+        torch.device(device)
+        if device is not None
+        else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    )
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(device)!r} was asked for, but this torch sees no CUDA GPU")
     if dtypes is None:
@@ -478,7 +599,9 @@ def run_sweep(
             raise ValueError(f"modes must be {FORWARD!r} or {BACKWARD!r}, got {mode!r}")
     if embed_dim % heads:
         raise ValueError(f"embed_dim {embed_dim} is not divisible by heads {heads}")
-    implementations = standard_implementations() if implementations is None else list(implementations)
+    implementations = (
+        standard_implementations() if implementations is None else list(implementations)
+    )
     threads_before = torch.get_num_threads()
     threads = threads or threads_before
     torch.set_num_threads(threads)
@@ -489,22 +612,40 @@ def run_sweep(
         for dtype in dtypes:
             params = params64.to(dtype=dtype, device=device)
             for mode in modes:
-                given_up: dict[str, int] = {}  # implementation -> the length it ran out of memory at
+                given_up: dict[
+                    str, int
+                ] = {}  # implementation -> the length it ran out of memory at
                 for L in sorted(lengths):
                     # the ceiling is measured next to the results it is compared with, at every length:
                     # if it moves during a sweep, something else is using the machine
-                    ceiling = matmul_rate(device, dtype, n=matmul_n or (4096 if device.type == "cuda" else 1024),
-                                          **timing)
+                    ceiling = matmul_rate(
+                        device,
+                        dtype,
+                        n=matmul_n or (4096 if device.type == "cuda" else 1024),
+                        **timing,
+                    )
                     base = Result(
-                        implementation="", device=device.type, dtype=str(dtype).removeprefix("torch."),
-                        mode=mode, batch=batch, length=L, embed_dim=embed_dim, heads=heads, status="",
+                        implementation="",
+                        device=device.type,
+                        dtype=str(dtype).removeprefix("torch."),
+                        mode=mode,
+                        batch=batch,
+                        length=L,
+                        embed_dim=embed_dim,
+                        heads=heads,
+                        status="",
                         score_bytes=batch * heads * L * L * dtype.itemsize,
-                        flops=mha_flops(batch, L, embed_dim, mode), matmul_flop_rate=ceiling)
+                        flops=mha_flops(batch, L, embed_dim, mode),
+                        matmul_flop_rate=ceiling,
+                    )
                     case = _make_case(params64, batch, L, dtype, device, mode, check_queries, seed)
                     for impl in implementations:
                         result = dataclasses.replace(base, implementation=impl.name)
                         if impl.name in given_up:
-                            result.status, result.message = "oom", f"skipped: out of memory at L={given_up[impl.name]}"
+                            result.status, result.message = (
+                                "oom",
+                                f"skipped: out of memory at L={given_up[impl.name]}",
+                            )
                         else:
                             result = _measure(impl, params, case, result, device, **timing)
                             if result.status == "oom":
@@ -519,15 +660,28 @@ def run_sweep(
 
 def quick_sweep(device=None, threads: int | None = None, **overrides) -> Sweep:
     """A small sweep that takes a few seconds on two CPU cores: two lengths, forward only."""
-    settings = dict(lengths=(64, 256), batch=1, embed_dim=128, heads=4, modes=(FORWARD,),
-                    min_run_time=0.02, max_run_time=0.1, check_queries=32, matmul_n=512)
+    settings = dict(
+        lengths=(64, 256),
+        batch=1,
+        embed_dim=128,
+        heads=4,
+        modes=(FORWARD,),
+        min_run_time=0.02,
+        max_run_time=0.1,
+        check_queries=32,
+        matmul_n=512,
+    )
     return run_sweep(device=device, threads=threads, **{**settings, **overrides})
 
 
 def standard_sweep(device=None, threads: int | None = None, **overrides) -> Sweep:
     """The lesson's sweep: d_model = 512, h = 8; L up to 2048 on a CPU (float32), up to 8192 on a
     GPU (float16 and bfloat16, batch 4); forward and forward+backward."""
-    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = (
+        torch.device(device)
+        if device is not None
+        else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    )
     if device.type == "cuda":
         settings = dict(lengths=(256, 512, 1024, 2048, 4096, 8192), batch=4, min_run_time=0.5)
     else:
@@ -537,28 +691,55 @@ def standard_sweep(device=None, threads: int | None = None, **overrides) -> Swee
 
 # --- reading the results -----------------------------------------------------------------------------
 
-def _select(results: Iterable[Result], implementation: str, mode: str | None, dtype: str | None) -> dict[int, Result]:
-    return {r.length: r for r in results if r.implementation == implementation and r.status == "ok"
-            and (mode is None or r.mode == mode) and (dtype is None or r.dtype == dtype)}
+
+def _select(
+    results: Iterable[Result], implementation: str, mode: str | None, dtype: str | None
+) -> dict[int, Result]:
+    return {
+        r.length: r
+        for r in results
+        if r.implementation == implementation
+        and r.status == "ok"
+        and (mode is None or r.mode == mode)
+        and (dtype is None or r.dtype == dtype)
+    }
 
 
-def ratio(results: Iterable[Result], implementation: str, baseline: str = BASELINE, *,
-          mode: str = FORWARD, dtype: str | None = None) -> dict[int, float]:
+def ratio(
+    results: Iterable[Result],
+    implementation: str,
+    baseline: str = BASELINE,
+    *,
+    mode: str = FORWARD,
+    dtype: str | None = None,
+) -> dict[int, float]:
     """Time of ``implementation`` / time of ``baseline``, per length, same run (> 1 means slower)."""
     results = list(results)
-    ours, theirs = _select(results, implementation, mode, dtype), _select(results, baseline, mode, dtype)
+    ours, theirs = (
+        _select(results, implementation, mode, dtype),
+        _select(results, baseline, mode, dtype),
+    )
     return {L: ours[L].median_s / theirs[L].median_s for L in sorted(ours.keys() & theirs.keys())}
 
 
-def growth_exponent(results: Iterable[Result], implementation: str, quantity: str = "peak_bytes", *,
-                    mode: str = FORWARD, dtype: str | None = None, min_length: int = 0) -> float | None:
+def growth_exponent(
+    results: Iterable[Result],
+    implementation: str,
+    quantity: str = "peak_bytes",
+    *,
+    mode: str = FORWARD,
+    dtype: str | None = None,
+    min_length: int = 0,
+) -> float | None:
     """The slope p of a least-squares fit log(quantity) = p·log(L) + c over lengths ≥ ``min_length``:
     2 means quadratic growth. ``quantity`` is a numeric :class:`Result` field such as "peak_bytes"
     or "median_s". At short lengths the linear terms (projections) still dominate, so the slope
     over the longest lengths is the one that shows the L² term."""
-    points = [(math.log(L), math.log(getattr(r, quantity)))
-              for L, r in sorted(_select(results, implementation, mode, dtype).items())
-              if getattr(r, quantity) and L >= min_length]
+    points = [
+        (math.log(L), math.log(getattr(r, quantity)))
+        for L, r in sorted(_select(results, implementation, mode, dtype).items())
+        if getattr(r, quantity) and L >= min_length
+    ]
     if len(points) < 2:
         return None
     mx = sum(x for x, _ in points) / len(points)
@@ -574,19 +755,28 @@ def summary(results: Sequence[Result], *, dtype: str | None = None) -> str:
     modes = list(dict.fromkeys(r.mode for r in results))
     for mode in modes:
         lines.append(f"{mode}:")
-        for ours, theirs in (("package MHA", BASELINE), ("package MHA, need_weights", f"{BASELINE}, need_weights"),
-                             ("SDPA", "loop over heads")):
+        for ours, theirs in (
+            ("package MHA", BASELINE),
+            ("package MHA, need_weights", f"{BASELINE}, need_weights"),
+            ("SDPA", "loop over heads"),
+        ):
             ratios = ratio(results, ours, theirs, mode=mode, dtype=dtype)
             if ratios:
                 shown = ", ".join(f"{q:.2f} (L={L})" for L, q in ratios.items())
                 lines.append(f"  time {ours} / {theirs}: {shown}")
         lengths = sorted({r.length for r in results if r.mode == mode})
         if len(lengths) >= 2:
-            slopes = {name: growth_exponent(results, name, "peak_bytes", mode=mode, dtype=dtype, min_length=lengths[-2])
-                      for name in dict.fromkeys(r.implementation for r in results if r.mode == mode)}
+            slopes = {
+                name: growth_exponent(
+                    results, name, "peak_bytes", mode=mode, dtype=dtype, min_length=lengths[-2]
+                )
+                for name in dict.fromkeys(r.implementation for r in results if r.mode == mode)
+            }
             shown = ", ".join(f"{name} {p:.2f}" for name, p in slopes.items() if p is not None)
             if shown:
-                lines.append(f"  peak memory ∝ L^p from L={lengths[-2]} to {lengths[-1]}: p = {shown}")
+                lines.append(
+                    f"  peak memory ∝ L^p from L={lengths[-2]} to {lengths[-1]}: p = {shown}"
+                )
     return "\n".join(lines)
 
 
@@ -614,8 +804,14 @@ def _ceiling(rows: Sequence[Result]) -> str:
     if not rates:
         return ""
     low, high = min(rates) / 1e9, max(rates) / 1e9
-    text = f", matmul {high:.1f} GFLOP/s" if f"{low:.1f}" == f"{high:.1f}" else f", matmul {low:.1f} to {high:.1f} GFLOP/s"
-    if high > 1.5 * low:  # small matmuls vary by tens of percent on their own; contention costs far more
+    text = (
+        f", matmul {high:.1f} GFLOP/s"
+        if f"{low:.1f}" == f"{high:.1f}"
+        else f", matmul {low:.1f} to {high:.1f} GFLOP/s"
+    )
+    if (
+        high > 1.5 * low
+    ):  # small matmuls vary by tens of percent on their own; contention costs far more
         text += "\nWARNING: the matmul rate moved during this block: something else was running; rerun for clean numbers"
     return text
 
@@ -630,24 +826,41 @@ def to_table(results: Sequence[Result], environment: Environment | None = None) 
     lines = []
     if environment is not None:
         e = environment
-        lines.append(f"torch {e.torch_version} | {e.device}: {e.device_name} | {e.threads} threads | {e.timestamp}")
+        lines.append(
+            f"torch {e.torch_version} | {e.device}: {e.device_name} | {e.threads} threads | {e.timestamp}"
+        )
         lines.append(f"peak memory: {e.memory_method}")
-    header = (f"{'implementation':<28}{'L':>6}{'median':>11}{'IQR':>10}{'× torch':>9}{'GFLOP/s':>9}"
-              f"{'% matmul':>9}{'peak mem':>11}{'scores':>11}  status")
+    header = (
+        f"{'implementation':<28}{'L':>6}{'median':>11}{'IQR':>10}{'× torch':>9}{'GFLOP/s':>9}"
+        f"{'% matmul':>9}{'peak mem':>11}{'scores':>11}  status"
+    )
     groups: dict[tuple, list[Result]] = {}
     for r in results:
         groups.setdefault((r.device, r.dtype, r.mode, r.batch, r.embed_dim, r.heads), []).append(r)
     for (device, dtype, mode, B, E, H), rows in groups.items():
-        lines += ["", f"{mode}, {dtype} on {device}, B={B} E={E} H={H}{_ceiling(rows)}", header, "-" * len(header)]
-        baseline = {r.length: r.median_s for r in rows if r.implementation == BASELINE and r.status == "ok"}
+        lines += [
+            "",
+            f"{mode}, {dtype} on {device}, B={B} E={E} H={H}{_ceiling(rows)}",
+            header,
+            "-" * len(header),
+        ]
+        baseline = {
+            r.length: r.median_s for r in rows if r.implementation == BASELINE and r.status == "ok"
+        }
         order = {name: i for i, name in enumerate(dict.fromkeys(r.implementation for r in rows))}
         for r in sorted(rows, key=lambda r: (r.length, order[r.implementation])):
-            vs = f"{r.median_s / baseline[r.length]:.2f}" if r.median_s and baseline.get(r.length) else "-"
+            vs = (
+                f"{r.median_s / baseline[r.length]:.2f}"
+                if r.median_s and baseline.get(r.length)
+                else "-"
+            )
             gflops = f"{r.flop_rate / 1e9:.1f}" if r.flop_rate else "-"
             frac = f"{100 * r.matmul_fraction:.0f}%" if r.matmul_fraction else "-"
             status = f"{r.status}: {r.message}"[:80] if r.message else r.status
-            lines.append(f"{r.implementation:<28}{r.length:>6}{_time(r.median_s):>11}{_time(r.iqr_s):>10}"
-                         f"{vs:>9}{gflops:>9}{frac:>9}{_bytes(r.peak_bytes):>11}{_bytes(r.score_bytes):>11}  {status}")
+            lines.append(
+                f"{r.implementation:<28}{r.length:>6}{_time(r.median_s):>11}{_time(r.iqr_s):>10}"
+                f"{vs:>9}{gflops:>9}{frac:>9}{_bytes(r.peak_bytes):>11}{_bytes(r.score_bytes):>11}  {status}"
+            )
     return "\n".join(lines)
 
 
@@ -673,8 +886,14 @@ def to_json(results: Sequence[Result], path, environment: Environment | None = N
     """``{"environment": {...}, "results": [{...}, ...]}``."""
     env = _environment_of(results, environment)
     with open(path, "w") as f:
-        json.dump({"environment": dataclasses.asdict(env), "results": [dataclasses.asdict(r) for r in results]},
-                  f, indent=1)
+        json.dump(
+            {
+                "environment": dataclasses.asdict(env),
+                "results": [dataclasses.asdict(r) for r in results],
+            },
+            f,
+            indent=1,
+        )
 
 
 def _parse(cls, row: dict) -> object:
@@ -706,14 +925,24 @@ def load(path) -> Sweep:
     return Sweep([_parse(Result, row) for row in rows], environment)
 
 
-def plot_sweep(results: Sequence[Result], *, mode: str = FORWARD, dtype: str | None = None,
-               implementations: Sequence[str] | None = None, axes=None):
+def plot_sweep(
+    results: Sequence[Result],
+    *,
+    mode: str = FORWARD,
+    dtype: str | None = None,
+    implementations: Sequence[str] | None = None,
+    axes=None,
+):
     """Log-log plots of median time and peak memory against sequence length L, one line per
     implementation, a dashed L² guide line through the largest value at the longest L, and (memory
     panel) the analytic size of one score matrix. Returns the figure."""
     import matplotlib.pyplot as plt
 
-    rows = [r for r in results if r.mode == mode and r.status == "ok" and (dtype is None or r.dtype == dtype)]
+    rows = [
+        r
+        for r in results
+        if r.mode == mode and r.status == "ok" and (dtype is None or r.dtype == dtype)
+    ]
     if not rows:
         raise ValueError(f"no successful results with mode={mode!r} and dtype={dtype!r} to plot")
     names = list(dict.fromkeys(r.implementation for r in rows))
@@ -722,20 +951,34 @@ def plot_sweep(results: Sequence[Result], *, mode: str = FORWARD, dtype: str | N
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     fig = axes[0].figure
     lengths = sorted({r.length for r in rows})
-    panels = ((axes[0], "median_s", 1.0, "median time per call (s)"),
-              (axes[1], "peak_bytes", 2.0**20, "peak memory of one call (MiB)"))
+    panels = (
+        (axes[0], "median_s", 1.0, "median time per call (s)"),
+        (axes[1], "peak_bytes", 2.0**20, "peak memory of one call (MiB)"),
+    )
     for ax, quantity, unit, label in panels:
         for name in names:
-            points = sorted((r.length, getattr(r, quantity) / unit) for r in rows
-                            if r.implementation == name and getattr(r, quantity))
+            points = sorted(
+                (r.length, getattr(r, quantity) / unit)
+                for r in rows
+                if r.implementation == name and getattr(r, quantity)
+            )
             if points:
                 ax.plot(*zip(*points), marker="o", label=name)
-        ends = [(r.length, getattr(r, quantity) / unit) for r in rows
-                if r.implementation in names and getattr(r, quantity)]
+        ends = [
+            (r.length, getattr(r, quantity) / unit)
+            for r in rows
+            if r.implementation in names and getattr(r, quantity)
+        ]
         if ends:
             L_max = max(L for L, _ in ends)
             top = max(v for L, v in ends if L == L_max)
-            ax.plot(lengths, [top * (L / L_max) ** 2 for L in lengths], "k--", linewidth=1, label="∝ L² (guide)")
+            ax.plot(
+                lengths,
+                [top * (L / L_max) ** 2 for L in lengths],
+                "k--",
+                linewidth=1,
+                label="∝ L² (guide)",
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length L")
@@ -744,8 +987,10 @@ def plot_sweep(results: Sequence[Result], *, mode: str = FORWARD, dtype: str | N
     scores = sorted({(r.length, r.score_bytes / 2.0**20) for r in rows})
     axes[1].plot(*zip(*scores), ":", color="grey", label="one (B, H, L, L) score matrix")
     first = rows[0]
-    fig.suptitle(f"{mode}, {first.dtype if dtype is None else dtype} on {first.device}, "
-                 f"B={first.batch} E={first.embed_dim} H={first.heads}")
+    fig.suptitle(
+        f"{mode}, {first.dtype if dtype is None else dtype} on {first.device}, "
+        f"B={first.batch} E={first.embed_dim} H={first.heads}"
+    )
     axes[1].legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     return fig
@@ -753,44 +998,67 @@ def plot_sweep(results: Sequence[Result], *, mode: str = FORWARD, dtype: str | N
 
 # --- command line ------------------------------------------------------------------------------------
 
+
 def _lengths(text: str) -> tuple[int, ...]:
     try:
         lengths = tuple(int(n) for n in text.split(","))
     except ValueError:
         lengths = ()
     if not lengths or min(lengths) <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected positive integers separated by commas, got {text!r}"
+        )
     return lengths
 
 
 def _modes(text: str) -> tuple[str, ...]:
     modes = tuple(BACKWARD if m.strip() == "backward" else m.strip() for m in text.split(","))
     if not set(modes) <= {FORWARD, BACKWARD}:
-        raise argparse.ArgumentTypeError(f"modes are {FORWARD!r} and {BACKWARD!r} (or 'backward'), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"modes are {FORWARD!r} and {BACKWARD!r} (or 'backward'), got {text!r}"
+        )
     return modes
 
 
 def _dtypes(text: str) -> tuple[torch.dtype, ...]:
     dtypes = tuple(getattr(torch, name.strip(), None) for name in text.split(","))
     if not all(isinstance(d, torch.dtype) and d.is_floating_point for d in dtypes):
-        raise argparse.ArgumentTypeError(f"expected floating dtypes such as float32,bfloat16, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected floating dtypes such as float32,bfloat16, got {text!r}"
+        )
     return dtypes
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mha_course.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="a small sweep: a few seconds on two CPU cores")
+    p = argparse.ArgumentParser(
+        prog="python -m mha_course.bench", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="a small sweep: a few seconds on two CPU cores"
+    )
     p.add_argument("--device", help="cpu or cuda (default: cuda when there is one)")
-    p.add_argument("--threads", type=int, help="torch.set_num_threads for the sweep (default: torch's current)")
-    p.add_argument("--lengths", type=_lengths, help="comma-separated sequence lengths, e.g. 128,512,2048")
-    p.add_argument("--modes", type=_modes, help=f"comma-separated: {FORWARD},{BACKWARD} (or 'backward')")
+    p.add_argument(
+        "--threads", type=int, help="torch.set_num_threads for the sweep (default: torch's current)"
+    )
+    p.add_argument(
+        "--lengths", type=_lengths, help="comma-separated sequence lengths, e.g. 128,512,2048"
+    )
+    p.add_argument(
+        "--modes", type=_modes, help=f"comma-separated: {FORWARD},{BACKWARD} (or 'backward')"
+    )
     p.add_argument("--dtypes", type=_dtypes, help="comma-separated, e.g. float16,bfloat16")
     p.add_argument("--batch", type=int)
     p.add_argument("--embed-dim", type=int)
     p.add_argument("--heads", type=int)
-    p.add_argument("--min-run-time", type=float, help="at least this many seconds of timed calls per measurement")
+    p.add_argument(
+        "--min-run-time",
+        type=float,
+        help="at least this many seconds of timed calls per measurement",
+    )
     p.add_argument("--max-run-time", type=float, help="at most this many seconds per measurement")
-    p.add_argument("--compile", action="store_true", help="also time torch.compile versions (meant for a GPU)")
+    p.add_argument(
+        "--compile", action="store_true", help="also time torch.compile versions (meant for a GPU)"
+    )
     p.add_argument("--csv", help="write the results to this CSV file")
     p.add_argument("--json", help="write the results to this JSON file")
     p.add_argument("--plot", help="save the forward-pass plot to this image file")
@@ -800,18 +1068,31 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     overrides = {}
-    for name in ("lengths", "modes", "dtypes", "batch", "embed_dim", "heads", "min_run_time", "max_run_time"):
+    for name in (
+        "lengths",
+        "modes",
+        "dtypes",
+        "batch",
+        "embed_dim",
+        "heads",
+        "min_run_time",
+        "max_run_time",
+    ):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     if args.compile:
         overrides["implementations"] = standard_implementations(compile=True)
 
     def progress(r: Result) -> None:
-        print(f"  {r.dtype} {r.mode} L={r.length} {r.implementation}: {r.status} {_time(r.median_s)}",
-              file=sys.stderr, flush=True)
+        print(
+            f"  {r.dtype} {r.mode} L={r.length} {r.implementation}: {r.status} {_time(r.median_s)}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     sweep = (quick_sweep if args.quick else standard_sweep)(
-        device=args.device, threads=args.threads, progress=progress, **overrides)
+        device=args.device, threads=args.threads, progress=progress, **overrides
+    )
     print(to_table(sweep))
     if args.csv:
         to_csv(sweep, args.csv)

@@ -12,22 +12,64 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-__all__ = ["attention_diagram", "heads_diagram", "encoder_layer_diagram", "post_ln_vs_pre_ln_diagram", "DIAGRAMS"]
+__all__ = [
+    "attention_diagram",
+    "heads_diagram",
+    "encoder_layer_diagram",
+    "post_ln_vs_pre_ln_diagram",
+    "DIAGRAMS",
+]
 
-COLORS = {"input": "#e8eef7", "proj": "#fde9c9", "attn": "#d8ecd8", "norm": "#efe0f5", "ffn": "#fbd9d3",
-          "add": "#ffffff", "out": "#e8eef7"}
-HEAD_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
+COLORS = {
+    "input": "#e8eef7",
+    "proj": "#fde9c9",
+    "attn": "#d8ecd8",
+    "norm": "#efe0f5",
+    "ffn": "#fbd9d3",
+    "add": "#ffffff",
+    "out": "#e8eef7",
+}
+HEAD_COLORS = [
+    "#4c72b0",
+    "#dd8452",
+    "#55a868",
+    "#c44e52",
+    "#8172b3",
+    "#937860",
+    "#da8bc3",
+    "#8c8c8c",
+]
 
 
 def _box(ax, x, y, text, kind, w=1.8, h=0.55, fontsize=10):
-    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.04,rounding_size=0.08",
-                                facecolor=COLORS[kind], edgecolor="0.3", linewidth=1.0))
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - w / 2, y - h / 2),
+            w,
+            h,
+            boxstyle="round,pad=0.04,rounding_size=0.08",
+            facecolor=COLORS[kind],
+            edgecolor="0.3",
+            linewidth=1.0,
+        )
+    )
     ax.text(x, y, text, ha="center", va="center", fontsize=fontsize)
 
 
 def _arrow(ax, start, end, style="-|>", color="0.25", connection="arc3", lw=1.2):
-    ax.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=12, color=color,
-                                 connectionstyle=connection, linewidth=lw, shrinkA=0, shrinkB=0))
+    ax.add_patch(
+        FancyArrowPatch(
+            start,
+            end,
+            arrowstyle=style,
+            mutation_scale=12,
+            color=color,
+            connectionstyle=connection,
+            linewidth=lw,
+            shrinkA=0,
+            shrinkB=0,
+        )
+    )
 
 
 def _canvas(width, height, xlim, ylim):
@@ -43,11 +85,19 @@ def attention_diagram():
     """Scaled dot-product attention: from X to softmax(Q Kᵀ / √d_k) V, with the shapes."""
     fig, ax = _canvas(7.5, 6.2, (-0.5, 8.5), (-0.6, 7.0))
     _box(ax, 4, 6.4, "X  (L × d_model)", "input", w=2.6)
-    for x, name in ((1.3, "Q = X W$^Q$\n(L × d_k)"), (4, "K = X W$^K$\n(L × d_k)"), (6.7, "V = X W$^V$\n(L × d_v)")):
+    for x, name in (
+        (1.3, "Q = X W$^Q$\n(L × d_k)"),
+        (4, "K = X W$^K$\n(L × d_k)"),
+        (6.7, "V = X W$^V$\n(L × d_v)"),
+    ):
         _box(ax, x, 5.0, name, "proj", w=2.0, h=0.8)
         _arrow(ax, (4, 6.1), (x, 5.42))
-    steps = [(3.8, "scores = Q Kᵀ / √d_k   (L × L)"), (2.7, "mask: forbidden pairs → −∞"),
-             (1.6, "weights = softmax over the keys"), (0.1, "output = weights · V   (L × d_v)")]
+    steps = [
+        (3.8, "scores = Q Kᵀ / √d_k   (L × L)"),
+        (2.7, "mask: forbidden pairs → −∞"),
+        (1.6, "weights = softmax over the keys"),
+        (0.1, "output = weights · V   (L × d_v)"),
+    ]
     _box(ax, 2.6, steps[0][0], steps[0][1], "attn", w=4.2)
     _arrow(ax, (1.3, 4.6), (1.6, 4.1))
     _arrow(ax, (4, 4.6), (3.6, 4.1))
@@ -71,18 +121,39 @@ def heads_diagram(h: int = 4):
     width = 8.0 / h
     for i in range(h):
         x = 1 + width / 2 + i * width
-        ax.add_patch(FancyBboxPatch((x - width / 2 + 0.08, 2.85), width - 0.16, 0.6, boxstyle="round,pad=0.02",
-                                    facecolor=HEAD_COLORS[i], alpha=0.35, edgecolor=HEAD_COLORS[i]))
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - width / 2 + 0.08, 2.85),
+                width - 0.16,
+                0.6,
+                boxstyle="round,pad=0.02",
+                facecolor=HEAD_COLORS[i],
+                alpha=0.35,
+                edgecolor=HEAD_COLORS[i],
+            )
+        )
         label = f"head {i + 1}\nd_k = d_model/h" if h <= 4 else f"head\n{i + 1}"
         ax.text(x, 3.15, label, ha="center", va="center", fontsize=8)
         _arrow(ax, (x, 4.02), (x, 3.47))
-        ax.add_patch(FancyBboxPatch((x - width / 2 + 0.08, 1.75), width - 0.16, 0.6, boxstyle="round,pad=0.02",
-                                    facecolor=COLORS["attn"], edgecolor="0.3"))
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - width / 2 + 0.08, 1.75),
+                width - 0.16,
+                0.6,
+                boxstyle="round,pad=0.02",
+                facecolor=COLORS["attn"],
+                edgecolor="0.3",
+            )
+        )
         ax.text(x, 2.05, "Attention", ha="center", va="center", fontsize=8)
         _arrow(ax, (x, 2.83), (x, 2.37))
         _arrow(ax, (x, 1.73), (5, 1.02), color=HEAD_COLORS[i])
-    ax.text(9.4, 3.15, "split:\n'b l (h d) ->\n b h l d'", fontsize=8, va="center", family="monospace")
-    ax.text(9.4, 1.3, "concat:\n'b h l d ->\n b l (h d)'", fontsize=8, va="center", family="monospace")
+    ax.text(
+        9.4, 3.15, "split:\n'b l (h d) ->\n b h l d'", fontsize=8, va="center", family="monospace"
+    )
+    ax.text(
+        9.4, 1.3, "concat:\n'b h l d ->\n b l (h d)'", fontsize=8, va="center", family="monospace"
+    )
     _box(ax, 5, 0.75, "Concat(head$_1$ … head$_h$) W$^O$    (B, L, d_model)", "out", w=6.4)
     ax.set_title("Multi-head attention: h heads in parallel, one projection each way", fontsize=12)
     return fig
@@ -91,11 +162,23 @@ def heads_diagram(h: int = 4):
 def _layer_column(ax, x, norm_first: bool, title: str):
     """One encoder layer drawn bottom-up at column x; residual paths on the left."""
     if norm_first:
-        boxes = [(0.9, "LayerNorm", "norm"), (2.0, "Multi-head attention", "attn"), (3.1, "+", "add"),
-                 (4.2, "LayerNorm", "norm"), (5.3, "Feed-forward (FFN)", "ffn"), (6.4, "+", "add")]
+        boxes = [
+            (0.9, "LayerNorm", "norm"),
+            (2.0, "Multi-head attention", "attn"),
+            (3.1, "+", "add"),
+            (4.2, "LayerNorm", "norm"),
+            (5.3, "Feed-forward (FFN)", "ffn"),
+            (6.4, "+", "add"),
+        ]
     else:
-        boxes = [(0.9, "Multi-head attention", "attn"), (2.0, "+", "add"), (3.1, "LayerNorm", "norm"),
-                 (4.2, "Feed-forward (FFN)", "ffn"), (5.3, "+", "add"), (6.4, "LayerNorm", "norm")]
+        boxes = [
+            (0.9, "Multi-head attention", "attn"),
+            (2.0, "+", "add"),
+            (3.1, "LayerNorm", "norm"),
+            (4.2, "Feed-forward (FFN)", "ffn"),
+            (5.3, "+", "add"),
+            (6.4, "LayerNorm", "norm"),
+        ]
     ax.text(x, -0.2, "X′ = embeddings + PE", ha="center", fontsize=9)
     previous = 0.05
     for y, text, kind in boxes:
@@ -118,8 +201,16 @@ def _layer_column(ax, x, norm_first: bool, title: str):
     for start, add in zip(starts, adds):
         ax.plot([x, x - 1.5, x - 1.5], [start, start, add], color="#c44e52", lw=1.3)
         _arrow(ax, (x - 1.5, add), (x - 0.22, add), color="#c44e52")
-    ax.text(x - 1.6, (starts[0] + adds[0]) / 2, "residual", rotation=90, ha="right", va="center",
-            fontsize=8, color="#c44e52")
+    ax.text(
+        x - 1.6,
+        (starts[0] + adds[0]) / 2,
+        "residual",
+        rotation=90,
+        ha="right",
+        va="center",
+        fontsize=8,
+        color="#c44e52",
+    )
     ax.text(x, 7.75, title, ha="center", fontsize=11)
 
 
@@ -162,6 +253,10 @@ def build(directory: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "images"
+    out = (
+        Path(sys.argv[1])
+        if len(sys.argv) > 1
+        else Path(__file__).resolve().parent.parent / "images"
+    )
     for p in build(out):
         print("wrote", p)

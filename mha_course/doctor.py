@@ -47,14 +47,23 @@ def check_torch() -> Check:
     try:
         import torch
     except ImportError:
-        return Check("torch", False, "not installed",
-                     'pip install "torch==2.13.0" (CPU-only on Linux: add --extra-index-url '
-                     "https://download.pytorch.org/whl/cpu)")
+        return Check(
+            "torch",
+            False,
+            "not installed",
+            'pip install "torch==2.13.0" (CPU-only on Linux: add --extra-index-url '
+            "https://download.pytorch.org/whl/cpu)",
+        )
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU build"
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_built():
         build += ", MPS"
     major_minor = tuple(int(n) for n in re.findall(r"\d+", torch.__version__)[:2])
-    return Check("torch", major_minor >= (2, 1), f"{torch.__version__} ({build})", "pip install --upgrade 'torch>=2.1'")
+    return Check(
+        "torch",
+        major_minor >= (2, 1),
+        f"{torch.__version__} ({build})",
+        "pip install --upgrade 'torch>=2.1'",
+    )
 
 
 def check_device() -> Check:
@@ -97,15 +106,24 @@ def check_dependency(requirement: str) -> Check:
     except metadata.PackageNotFoundError:
         return Check(name, False, "not installed", f'pip install "{requirement}"')
     ok = minimum is None or _version_tuple(version) >= _version_tuple(minimum)
-    return Check(name, ok, version + ("" if ok else f" (need >= {minimum})"), f'pip install --upgrade "{requirement}"')
+    return Check(
+        name,
+        ok,
+        version + ("" if ok else f" (need >= {minimum})"),
+        f'pip install --upgrade "{requirement}"',
+    )
 
 
 def check_package() -> Check:
     try:
         version = metadata.version("mha-course")
     except metadata.PackageNotFoundError:
-        return Check("mha_course", False, "imported from source, not installed",
-                     'from the repository folder: pip install -e ".[dev]"')
+        return Check(
+            "mha_course",
+            False,
+            "imported from source, not installed",
+            'from the repository folder: pip install -e ".[dev]"',
+        )
     return Check("mha_course", True, version)
 
 
@@ -119,13 +137,20 @@ def check_pretrained_weights() -> Check:
     needed = ["model.safetensors", "tokenizer.json", "config.json"]
     missing = [name for name in needed if not (path / name).exists()]
     if missing:
-        return Check("pretrained weights", False, f"missing {', '.join(missing)} in {path}", "reinstall: " + fix)
+        return Check(
+            "pretrained weights",
+            False,
+            f"missing {', '.join(missing)} in {path}",
+            "reinstall: " + fix,
+        )
     from safetensors import safe_open
 
     with safe_open(str(path / "model.safetensors"), framework="pt") as weights:
         n = len(list(weights.keys()))
     size = (path / "model.safetensors").stat().st_size / 2**20
-    return Check("pretrained weights", True, f"all-MiniLM-L6-v2, {n} tensors, {size:.0f} MiB, offline")
+    return Check(
+        "pretrained weights", True, f"all-MiniLM-L6-v2, {n} tensors, {size:.0f} MiB, offline"
+    )
 
 
 def check_jupyter() -> Check:
@@ -133,7 +158,11 @@ def check_jupyter() -> Check:
     if _on_colab():
         return Check("JupyterLab", True, "Colab (its own notebook front end)", required=False)
     problems = []
-    for name, minimum in (("jupyterlab", "4.0"), ("ipykernel", "6.0"), ("jupyterlab_widgets", "3.0")):
+    for name, minimum in (
+        ("jupyterlab", "4.0"),
+        ("ipykernel", "6.0"),
+        ("jupyterlab_widgets", "3.0"),
+    ):
         check = check_dependency(f"{name}>={minimum}")
         if not check.ok:
             problems.append(f"{name} {check.detail}")
@@ -145,9 +174,18 @@ def check_jupyter() -> Check:
     except ImportError:
         problems.append("jupyter_client missing")
     if problems:
-        return Check("JupyterLab", False, "; ".join(problems), 'pip install -e ".[lab]" (JupyterLab, kernel, widgets)')
-    return Check("JupyterLab", True, f"{metadata.version('jupyterlab')}, python3 kernel, widgets "
-                 f"{metadata.version('ipywidgets')} with jupyterlab_widgets {metadata.version('jupyterlab_widgets')}")
+        return Check(
+            "JupyterLab",
+            False,
+            "; ".join(problems),
+            'pip install -e ".[lab]" (JupyterLab, kernel, widgets)',
+        )
+    return Check(
+        "JupyterLab",
+        True,
+        f"{metadata.version('jupyterlab')}, python3 kernel, widgets "
+        f"{metadata.version('ipywidgets')} with jupyterlab_widgets {metadata.version('jupyterlab_widgets')}",
+    )
 
 
 def check_attention_runs() -> Check:
@@ -165,10 +203,18 @@ def check_attention_runs() -> Check:
         theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         difference = (ours - theirs).abs().max().item()
     except Exception as error:  # report any failure on the device, whatever it is
-        return Check("attention on " + device.type, False, f"{type(error).__name__}: {error}",
-                     "set MHA_COURSE_DEVICE=cpu to run on the CPU, and report the error")
-    return Check("attention on " + device.type, difference < 1e-4, f"matches torch (max diff {difference:.1e})",
-                 "your torch build gives wrong numbers on this device; try MHA_COURSE_DEVICE=cpu")
+        return Check(
+            "attention on " + device.type,
+            False,
+            f"{type(error).__name__}: {error}",
+            "set MHA_COURSE_DEVICE=cpu to run on the CPU, and report the error",
+        )
+    return Check(
+        "attention on " + device.type,
+        difference < 1e-4,
+        f"matches torch (max diff {difference:.1e})",
+        "your torch build gives wrong numbers on this device; try MHA_COURSE_DEVICE=cpu",
+    )
 
 
 def check_writable() -> Check:
@@ -176,8 +222,12 @@ def check_writable() -> Check:
         with tempfile.NamedTemporaryFile(dir=os.getcwd()):
             pass
     except OSError as error:
-        return Check("writable folder", False, f"{os.getcwd()}: {error.strerror}",
-                     "run from a folder you can write to: exercise answers are saved to my_work/ there")
+        return Check(
+            "writable folder",
+            False,
+            f"{os.getcwd()}: {error.strerror}",
+            "run from a folder you can write to: exercise answers are saved to my_work/ there",
+        )
     return Check("writable folder", True, os.getcwd(), required=False)
 
 
@@ -204,8 +254,11 @@ def report(results: list[Check]) -> str:
             lines.append(f"   {'':<20} fix: {result.fix}")
     failed = [r for r in results if r.required and not r.ok]
     lines.append("")
-    lines.append(f"{len(failed)} problem(s): fix them before the workshop." if failed
-                 else "All good: every lesson can run here.")
+    lines.append(
+        f"{len(failed)} problem(s): fix them before the workshop."
+        if failed
+        else "All good: every lesson can run here."
+    )
     return "\n".join(lines)
 
 

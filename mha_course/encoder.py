@@ -34,11 +34,13 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu
 
 
 def _activation(activation) -> Callable[[torch.Tensor], torch.Tensor]:
-    """"relu" / "gelu" -> the function; a callable (F.silu, nn.GELU("tanh"), ...) is used as is."""
+    """ "relu" / "gelu" -> the function; a callable (F.silu, nn.GELU("tanh"), ...) is used as is."""
     if isinstance(activation, str):
         if activation not in ACTIVATIONS:
             known = ", ".join(repr(name) for name in ACTIVATIONS)
-            raise ValueError(f"unknown activation {activation!r}; use one of {known}, or pass a callable")
+            raise ValueError(
+                f"unknown activation {activation!r}; use one of {known}, or pass a callable"
+            )
         return ACTIVATIONS[activation]
     if not callable(activation):
         raise TypeError(f"activation must be a str or a callable, got {type(activation).__name__}")
@@ -79,8 +81,9 @@ class EncoderLayer(nn.Module):
                 f"got d_model={d_model}, nhead={nhead}"
             )
         factory = {"device": device, "dtype": dtype}
-        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, **factory)
+        self.self_attn = MultiHeadAttention(
+            d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **factory
+        )
         # the feed-forward network: d_model -> dim_feedforward -> d_model, applied to each token
         self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
         self.dropout = nn.Dropout(dropout)
@@ -98,15 +101,26 @@ class EncoderLayer(nn.Module):
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> EncoderLayer:
         """A copy of a ``torch.nn.TransformerEncoderLayer``: same configuration, weights and mode."""
         if not isinstance(layer, nn.TransformerEncoderLayer):
-            raise TypeError(f"layer must be a torch.nn.TransformerEncoderLayer, got {type(layer).__name__}")
+            raise TypeError(
+                f"layer must be a torch.nn.TransformerEncoderLayer, got {type(layer).__name__}"
+            )
         attn, weight = layer.self_attn, layer.linear1.weight
         activation = layer.activation
         if isinstance(activation, nn.Module):
             activation = copy.deepcopy(activation)
-        ours = cls(attn.embed_dim, attn.num_heads, dim_feedforward=layer.linear1.out_features,
-                   dropout=layer.dropout.p, activation=activation, layer_norm_eps=layer.norm1.eps,
-                   batch_first=attn.batch_first, norm_first=layer.norm_first,
-                   bias=layer.linear1.bias is not None, device=weight.device, dtype=weight.dtype)
+        ours = cls(
+            attn.embed_dim,
+            attn.num_heads,
+            dim_feedforward=layer.linear1.out_features,
+            dropout=layer.dropout.p,
+            activation=activation,
+            layer_norm_eps=layer.norm1.eps,
+            batch_first=attn.batch_first,
+            norm_first=layer.norm_first,
+            bias=layer.linear1.bias is not None,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
         ours.norm2.eps = layer.norm2.eps
         ours.load_state_dict(layer.state_dict())
         return ours.train(layer.training)
@@ -125,20 +139,34 @@ class EncoderLayer(nn.Module):
         self._check_input(src)
         self._check_masks(src, src_mask, src_key_padding_mask)
         x = src
-        if self.norm_first:  # pre-LN: normalise each sub-layer's input, keep the residual path clean
-            attended, weights = self._sa_block(self.norm1(x), src_mask, src_key_padding_mask, is_causal, need_weights)
+        if (
+            self.norm_first
+        ):  # pre-LN: normalise each sub-layer's input, keep the residual path clean
+            attended, weights = self._sa_block(
+                self.norm1(x), src_mask, src_key_padding_mask, is_causal, need_weights
+            )
             x = x + attended
             x = x + self._ff_block(self.norm2(x))
         else:  # post-LN, the lesson's Steps 2 and 3
-            attended, weights = self._sa_block(x, src_mask, src_key_padding_mask, is_causal, need_weights)
+            attended, weights = self._sa_block(
+                x, src_mask, src_key_padding_mask, is_causal, need_weights
+            )
             z = self.norm1(x + attended)  # Step 2: Z = LayerNorm(X' + MultiHead(X'))
             x = self.norm2(z + self._ff_block(z))  # Step 3: LayerNorm(FFN(Z) + Z)
         return (x, weights) if need_weights else x
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal, need_weights):
         """Self-attention: queries, keys and values all come from x."""
-        out, weights = self.self_attn(x, x, x, key_padding_mask=key_padding_mask, need_weights=need_weights,
-                                      attn_mask=attn_mask, average_attn_weights=False, is_causal=is_causal)
+        out, weights = self.self_attn(
+            x,
+            x,
+            x,
+            key_padding_mask=key_padding_mask,
+            need_weights=need_weights,
+            attn_mask=attn_mask,
+            average_attn_weights=False,
+            is_causal=is_causal,
+        )
         return self.dropout1(out), weights
 
     def _ff_block(self, x: torch.Tensor) -> torch.Tensor:
@@ -149,7 +177,9 @@ class EncoderLayer(nn.Module):
         require_floating("src", src)
         if src.dim() not in (2, 3):
             layout = "(B, L, d_model)" if self.batch_first else "(L, B, d_model)"
-            raise ValueError(f"src must be 3-D {layout} or 2-D (L, d_model), got shape {shape_str(src.shape)}")
+            raise ValueError(
+                f"src must be 3-D {layout} or 2-D (L, d_model), got shape {shape_str(src.shape)}"
+            )
         if src.size(-1) != self.d_model:
             raise ValueError(
                 f"src has {src.size(-1)} features in its last dim (shape {shape_str(src.shape)}), "
@@ -165,15 +195,19 @@ class EncoderLayer(nn.Module):
         if isinstance(src_mask, torch.Tensor):
             heads = (B * H, L, L) if batched else (H, L, L)
             if tuple(src_mask.shape) not in ((L, L), heads):
-                raise ValueError(f"src_mask has shape {shape_str(src_mask.shape)}, expected (L, L) = "
-                                 f"{shape_str((L, L))} or {'(B·nhead, L, L)' if batched else '(nhead, L, L)'}"
-                                 f" = {shape_str(heads)}")
+                raise ValueError(
+                    f"src_mask has shape {shape_str(src_mask.shape)}, expected (L, L) = "
+                    f"{shape_str((L, L))} or {'(B·nhead, L, L)' if batched else '(nhead, L, L)'}"
+                    f" = {shape_str(heads)}"
+                )
         if isinstance(src_key_padding_mask, torch.Tensor):
             expected = (B, L) if batched else (L,)
             if tuple(src_key_padding_mask.shape) != expected:
-                raise ValueError(f"src_key_padding_mask has shape {shape_str(src_key_padding_mask.shape)}, "
-                                 f"expected {'(B, L)' if batched else '(L,)'} = {shape_str(expected)}: "
-                                 f"one True per padded position")
+                raise ValueError(
+                    f"src_key_padding_mask has shape {shape_str(src_key_padding_mask.shape)}, "
+                    f"expected {'(B, L)' if batched else '(L,)'} = {shape_str(expected)}: "
+                    f"one True per padded position"
+                )
 
 
 class Encoder(nn.Module):
@@ -185,7 +219,9 @@ class Encoder(nn.Module):
     outputs mean anything, and they do not depend on the padding.
     """
 
-    def __init__(self, encoder_layer: nn.Module, num_layers: int, norm: nn.Module | None = None) -> None:
+    def __init__(
+        self, encoder_layer: nn.Module, num_layers: int, norm: nn.Module | None = None
+    ) -> None:
         super().__init__()
         require_positive_int("num_layers", num_layers)
         self.layers = nn.ModuleList(copy.deepcopy(encoder_layer) for _ in range(num_layers))
@@ -196,13 +232,20 @@ class Encoder(nn.Module):
     def from_torch(cls, encoder: nn.TransformerEncoder) -> Encoder:
         """A copy of a ``torch.nn.TransformerEncoder`` (its layers and final norm) with its weights."""
         if not isinstance(encoder, nn.TransformerEncoder):
-            raise TypeError(f"encoder must be a torch.nn.TransformerEncoder, got {type(encoder).__name__}")
+            raise TypeError(
+                f"encoder must be a torch.nn.TransformerEncoder, got {type(encoder).__name__}"
+            )
         norm = encoder.norm
         if isinstance(norm, nn.LayerNorm):  # the package's own LayerNorm, same parameters
             weight = norm.weight
-            norm = LayerNorm(norm.normalized_shape, eps=norm.eps, elementwise_affine=norm.elementwise_affine,
-                             bias=norm.bias is not None, device=getattr(weight, "device", None),
-                             dtype=getattr(weight, "dtype", None))
+            norm = LayerNorm(
+                norm.normalized_shape,
+                eps=norm.eps,
+                elementwise_affine=norm.elementwise_affine,
+                bias=norm.bias is not None,
+                device=getattr(weight, "device", None),
+                dtype=getattr(weight, "dtype", None),
+            )
         elif norm is not None:
             norm = copy.deepcopy(norm)
         ours = cls(EncoderLayer.from_torch(encoder.layers[0]), encoder.num_layers, norm=norm)
@@ -226,12 +269,21 @@ class Encoder(nn.Module):
         output, all_weights = src, []
         for layer in self.layers:
             if need_weights:
-                output, weights = layer(output, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
-                                        is_causal=is_causal, need_weights=True)
+                output, weights = layer(
+                    output,
+                    src_mask=mask,
+                    src_key_padding_mask=src_key_padding_mask,
+                    is_causal=is_causal,
+                    need_weights=True,
+                )
                 all_weights.append(weights)
             else:
-                output = layer(output, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
-                               is_causal=is_causal)
+                output = layer(
+                    output,
+                    src_mask=mask,
+                    src_key_padding_mask=src_key_padding_mask,
+                    is_causal=is_causal,
+                )
         if self.norm is not None:
             output = self.norm(output)
         return (output, all_weights) if need_weights else output

@@ -21,11 +21,19 @@ class Exercise:
 
 EXERCISES: list[Exercise] = [
     Exercise("softmax", "00", checks.check_softmax, reference.softmax),
-    Exercise("scaled_dot_product_attention", "01", checks.check_scaled_dot_product_attention,
-             reference.scaled_dot_product_attention),
-    Exercise("MultiHeadAttention", "02", checks.check_multi_head_attention, reference.MultiHeadAttention),
+    Exercise(
+        "scaled_dot_product_attention",
+        "01",
+        checks.check_scaled_dot_product_attention,
+        reference.scaled_dot_product_attention,
+    ),
+    Exercise(
+        "MultiHeadAttention", "02", checks.check_multi_head_attention, reference.MultiHeadAttention
+    ),
     Exercise("LayerNorm", "03", checks.check_layer_norm, reference.LayerNorm),
-    Exercise("positional_encoding", "03", checks.check_positional_encoding, reference.positional_encoding),
+    Exercise(
+        "positional_encoding", "03", checks.check_positional_encoding, reference.positional_encoding
+    ),
     Exercise("EncoderLayer", "04", checks.check_encoder_layer, reference.EncoderLayer),
     Exercise("load_layer", "05", checks.check_load_layer, reference.load_layer),
 ]

@@ -51,7 +51,9 @@ def attention_for(model, sentence: str) -> SentenceAttention:
 
 def _check_weights(weights) -> None:
     if not isinstance(weights, torch.Tensor):
-        raise TypeError(f"weights must be a torch.Tensor (layers, H, L, L), got {type(weights).__name__}")
+        raise TypeError(
+            f"weights must be a torch.Tensor (layers, H, L, L), got {type(weights).__name__}"
+        )
     if weights.dim() != 4 or weights.size(-1) != weights.size(-2):
         raise ValueError(f"weights must be (layers, H, L, L), got shape {tuple(weights.shape)}")
 
@@ -66,16 +68,24 @@ def select(weights: torch.Tensor, layer: int, head: int | None = None) -> torch.
     if head is None:
         return weights[layer].mean(dim=0)
     if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < n_heads:
-        raise ValueError(f"head must be an int in [0, {n_heads}) or None for the average, got {head!r}")
+        raise ValueError(
+            f"head must be an int in [0, {n_heads}) or None for the average, got {head!r}"
+        )
     return weights[layer, head]
 
 
 def query_row(matrix: torch.Tensor, query_index: int) -> torch.Tensor:
     """Row ``query_index`` of an (L, L) map: how that query token spreads its attention."""
     if not isinstance(matrix, torch.Tensor) or matrix.dim() != 2:
-        raise ValueError(f"matrix must be a 2-D (L, L) tensor, got {getattr(matrix, 'shape', type(matrix).__name__)}")
+        raise ValueError(
+            f"matrix must be a 2-D (L, L) tensor, got {getattr(matrix, 'shape', type(matrix).__name__)}"
+        )
     L = matrix.size(0)
-    if isinstance(query_index, bool) or not isinstance(query_index, int) or not 0 <= query_index < L:
+    if (
+        isinstance(query_index, bool)
+        or not isinstance(query_index, int)
+        or not 0 <= query_index < L
+    ):
         raise ValueError(f"query_index must be an int in [0, {L}), got {query_index!r}")
     return matrix[query_index]
 
@@ -113,13 +123,18 @@ def highlight_html(tokens: Sequence[str], row: torch.Tensor, query_index: int) -
 
 
 def view_title(layer: int, head: int | None, tokens: Sequence[str], query_index: int | None) -> str:
-    """"layer 2, head 7" or "layer 2, average of the heads", plus the highlighted query."""
+    """ "layer 2, head 7" or "layer 2, average of the heads", plus the highlighted query."""
     what = f"layer {layer}, " + ("average of the heads" if head is None else f"head {head}")
     return what if query_index is None else f"{what}; query {query_index}: {tokens[query_index]!r}"
 
 
-def draw(attention: SentenceAttention, layer: int, head: int | None = None,
-         query_index: int | None = None, ax=None):
+def draw(
+    attention: SentenceAttention,
+    layer: int,
+    head: int | None = None,
+    query_index: int | None = None,
+    ax=None,
+):
     """The heatmap of one view with token labels; the query's row is framed in red. Returns the figure."""
     matrix = select(attention.weights, layer, head)
     if query_index is not None:
@@ -127,10 +142,17 @@ def draw(attention: SentenceAttention, layer: int, head: int | None = None,
     L = len(attention.tokens)
     if ax is None:
         _, ax = plt.subplots(figsize=(min(2.5 + 0.42 * L, 11), min(2.0 + 0.38 * L, 10)))
-    plot_attention(matrix, attention.tokens, ax=ax, annotate=False,
-                   title=view_title(layer, head, attention.tokens, query_index))
+    plot_attention(
+        matrix,
+        attention.tokens,
+        ax=ax,
+        annotate=False,
+        title=view_title(layer, head, attention.tokens, query_index),
+    )
     if query_index is not None:
-        ax.add_patch(plt.Rectangle((-0.5, query_index - 0.5), L, 1, fill=False, edgecolor="red", linewidth=2))
+        ax.add_patch(
+            plt.Rectangle((-0.5, query_index - 0.5), L, 1, fill=False, edgecolor="red", linewidth=2)
+        )
     ax.figure.tight_layout()
     return ax.figure
 
@@ -139,8 +161,14 @@ class AttentionExplorer:
     """The widgets and their wiring. ``attention_explorer`` shows one; tests drive one directly
     by setting the controls' ``.value``."""
 
-    def __init__(self, model, sentence: str = SEED_SENTENCE, layer: int = 0, head: int | None = None,
-                 query_index: int | None = None):
+    def __init__(
+        self,
+        model,
+        sentence: str = SEED_SENTENCE,
+        layer: int = 0,
+        head: int | None = None,
+        query_index: int | None = None,
+    ):
         import ipywidgets as widgets
 
         self.model = model
@@ -151,22 +179,37 @@ class AttentionExplorer:
             query_index = 1 if len(self.attention.tokens) > 2 else 0  # the first word, not [CLS]
         query_row(self.attention.weights[0, 0], query_index)  # validates the index
 
-        self.sentence = widgets.Text(value=sentence, description="sentence", continuous_update=False,
-                                     layout=widgets.Layout(width="90%"))
+        self.sentence = widgets.Text(
+            value=sentence,
+            description="sentence",
+            continuous_update=False,
+            layout=widgets.Layout(width="90%"),
+        )
         self.layer = widgets.IntSlider(value=layer, min=0, max=n_layers - 1, description="layer")
-        self.head = widgets.IntSlider(value=0 if head is None else head, min=0, max=n_heads - 1,
-                                      description="head", disabled=head is None)
+        self.head = widgets.IntSlider(
+            value=0 if head is None else head,
+            min=0,
+            max=n_heads - 1,
+            description="head",
+            disabled=head is None,
+        )
         self.average = widgets.Checkbox(value=head is None, description="average heads")
-        self.query = widgets.Dropdown(options=query_choices(self.attention.tokens), value=query_index,
-                                      description="query")
+        self.query = widgets.Dropdown(
+            options=query_choices(self.attention.tokens), value=query_index, description="query"
+        )
         self.text = widgets.HTML()
         self.image = widgets.Image(format="png")
         self.status = widgets.HTML()
-        self.widget = widgets.VBox([
-            self.sentence,
-            widgets.HBox([self.layer, self.head, self.average]),
-            self.query, self.text, self.image, self.status,
-        ])
+        self.widget = widgets.VBox(
+            [
+                self.sentence,
+                widgets.HBox([self.layer, self.head, self.average]),
+                self.query,
+                self.text,
+                self.image,
+                self.status,
+            ]
+        )
         self.sentence.observe(self._on_sentence, names="value")
         for control in (self.layer, self.head, self.average, self.query):
             control.observe(self._on_view, names="value")
@@ -202,10 +245,14 @@ class AttentionExplorer:
     def _refresh(self) -> None:
         layer, head, query = self.view
         row = query_row(select(self.attention.weights, layer, head), query)
-        looks_at = ", ".join(f"{token} ({weight:.2f})" for _, token, weight in strongest(self.attention.tokens, row))
-        self.text.value = (highlight_html(self.attention.tokens, row, query)
-                           + f"<div><b>{html.escape(self.attention.tokens[query])}</b> looks most at: "
-                           + f"{html.escape(looks_at)}</div>")
+        looks_at = ", ".join(
+            f"{token} ({weight:.2f})" for _, token, weight in strongest(self.attention.tokens, row)
+        )
+        self.text.value = (
+            highlight_html(self.attention.tokens, row, query)
+            + f"<div><b>{html.escape(self.attention.tokens[query])}</b> looks most at: "
+            + f"{html.escape(looks_at)}</div>"
+        )
         figure = self.figure()
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=80)
@@ -222,12 +269,19 @@ class AttentionExplorer:
         bundle = self.widget._repr_mimebundle_()
         # The default text is the repr of every widget, PNG bytes included: replace it with a
         # short, stable line (shown where widgets cannot run, and compared by test runs).
-        bundle["text/plain"] = "Attention explorer: run this notebook in Jupyter to use the controls."
+        bundle["text/plain"] = (
+            "Attention explorer: run this notebook in Jupyter to use the controls."
+        )
         display(bundle, raw=True)
 
 
-def attention_explorer(model, sentence: str = SEED_SENTENCE, layer: int = 0, head: int | None = None,
-                       query_index: int | None = None) -> None:
+def attention_explorer(
+    model,
+    sentence: str = SEED_SENTENCE,
+    layer: int = 0,
+    head: int | None = None,
+    query_index: int | None = None,
+) -> None:
     """Show the explorer for ``sentence``: a static figure of the starting view, then the
     controls (sentence box, layer and head pickers, "average heads", query token)."""
     from IPython.display import display

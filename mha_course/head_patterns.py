@@ -80,11 +80,14 @@ class HeadScore:
 
 # ---------------------------------------------------------------- which keys are targets
 
+
 def is_punctuation(token: str) -> bool:
     """True for a token made only of punctuation (BERT's definition: ASCII symbols such as
     ``$ + < = > ^ ` | ~`` count, as does every Unicode punctuation character)."""
     token = token.removeprefix("##")
-    return bool(token) and token not in SPECIAL_TOKENS and all(_is_punctuation_char(c) for c in token)
+    return (
+        bool(token) and token not in SPECIAL_TOKENS and all(_is_punctuation_char(c) for c in token)
+    )
 
 
 def _is_punctuation_char(char: str) -> bool:
@@ -118,8 +121,12 @@ def _word_texts(tokens: Sequence[str], word_ids: Sequence[int | None]) -> list[s
     return [None if w is None else "".join(pieces[w]).lower() for w in word_ids]
 
 
-def target_masks(tokens: Sequence[str], word_ids: Sequence[int | None] | None = None,
-                 cls_token: str = "[CLS]", sep_token: str = "[SEP]") -> torch.Tensor:
+def target_masks(
+    tokens: Sequence[str],
+    word_ids: Sequence[int | None] | None = None,
+    cls_token: str = "[CLS]",
+    sep_token: str = "[SEP]",
+) -> torch.Tensor:
     """Bool (P, L, L), one (L, L) mask per pattern of :data:`PATTERNS`: True where key j is a
     target of query i."""
     tokens = list(tokens)
@@ -133,7 +140,9 @@ def target_masks(tokens: Sequence[str], word_ids: Sequence[int | None] | None = 
     words = _word_texts(tokens, word_ids)
     ids = torch.tensor([-1 if w is None else w for w in word_ids])
     same_piece_of_word = (ids.unsqueeze(1) == ids.unsqueeze(0)) & (ids.unsqueeze(1) >= 0)
-    same_text = torch.tensor([[a is not None and a == b for b in words] for a in words], dtype=torch.bool)
+    same_text = torch.tensor(
+        [[a is not None and a == b for b in words] for a in words], dtype=torch.bool
+    )
     masks = {
         "previous": j == i - 1,
         "next": j == i + 1,
@@ -148,6 +157,7 @@ def target_masks(tokens: Sequence[str], word_ids: Sequence[int | None] | None = 
 
 # ---------------------------------------------------------------- scoring
 
+
 class PatternTally:
     """Running sums over sentences: attention mass on targets, number of queries with a target,
     and the chance level, per (pattern, layer, head)."""
@@ -157,23 +167,38 @@ class PatternTally:
         self.queries = torch.zeros(len(PATTERNS), dtype=torch.long)  # (P,)
         self.chance = torch.zeros(len(PATTERNS), dtype=torch.float64)  # (P,) sum of |targets| / L
 
-    def add(self, weights: torch.Tensor, tokens: Sequence[str], word_ids: Sequence[int | None] | None = None) -> None:
+    def add(
+        self,
+        weights: torch.Tensor,
+        tokens: Sequence[str],
+        word_ids: Sequence[int | None] | None = None,
+    ) -> None:
         """Add one sentence: ``weights`` (layers, H, L, L) or (H, L, L), rows = queries."""
         require_tensor("weights", weights)
         if weights.dim() == 3:
             weights = weights.unsqueeze(0)
-        if weights.dim() != 4 or weights.size(-1) != weights.size(-2) or weights.size(-1) != len(tokens):
-            raise ValueError(f"weights must be (layers, H, L, L) with L = {len(tokens)} tokens, "
-                             f"got shape {shape_str(weights.shape)}")
+        if (
+            weights.dim() != 4
+            or weights.size(-1) != weights.size(-2)
+            or weights.size(-1) != len(tokens)
+        ):
+            raise ValueError(
+                f"weights must be (layers, H, L, L) with L = {len(tokens)} tokens, "
+                f"got shape {shape_str(weights.shape)}"
+            )
         masks = target_masks(tokens, word_ids)  # (P, L, L)
         has_target = masks.any(dim=-1)  # (P, L): queries that have at least one target
-        on_targets = torch.einsum("nhqk,pqk->pnhq", weights.double().cpu(), masks.double())  # (P, layers, H, L)
+        on_targets = torch.einsum(
+            "nhqk,pqk->pnhq", weights.double().cpu(), masks.double()
+        )  # (P, layers, H, L)
         mass = (on_targets * has_target[:, None, None, :]).sum(dim=-1)  # (P, layers, H)
         if self.mass is None:
             self.mass = torch.zeros_like(mass)
         if self.mass.shape != mass.shape:
-            raise ValueError(f"weights have {weights.size(0)} layers and {weights.size(1)} heads, "
-                             f"but earlier sentences had shape {tuple(self.mass.shape[1:])}")
+            raise ValueError(
+                f"weights have {weights.size(0)} layers and {weights.size(1)} heads, "
+                f"but earlier sentences had shape {tuple(self.mass.shape[1:])}"
+            )
         self.mass += mass
         self.queries += has_target.sum(dim=-1)
         self.chance += masks.sum(dim=-1).double().sum(dim=-1) / len(tokens)
@@ -191,10 +216,16 @@ class PatternTally:
             for layer in range(scores.size(1)):
                 for head in range(scores.size(2)):
                     none = self.queries[p] == 0
-                    rows.append(HeadScore(pattern, layer, head,
-                                          float("nan") if none else scores[p, layer, head].item(),
-                                          float("nan") if none else chance[p].item(),
-                                          int(self.queries[p])))
+                    rows.append(
+                        HeadScore(
+                            pattern,
+                            layer,
+                            head,
+                            float("nan") if none else scores[p, layer, head].item(),
+                            float("nan") if none else chance[p].item(),
+                            int(self.queries[p]),
+                        )
+                    )
         return rows
 
 
@@ -218,6 +249,7 @@ def measure_head_patterns(model, sentences: Sequence[str], batch_size: int = 16)
 
 
 # ---------------------------------------------------------------- reading the table
+
 
 def top_heads(table: Sequence[HeadScore], k: int = 3) -> dict[str, list[HeadScore]]:
     """The ``k`` highest-scoring heads of each pattern, best first."""
@@ -250,5 +282,7 @@ def format_top_heads(top: dict[str, list[HeadScore]]) -> str:
             lines.append(f"{pattern:<12} no query had a target")
             continue
         heads = ", ".join(f"L{r.layer}H{r.head} {r.score:.2f}" for r in rows)
-        lines.append(f"{pattern:<12} chance {rows[0].chance:.2f} | top: {heads}  ({DESCRIPTIONS[pattern]})")
+        lines.append(
+            f"{pattern:<12} chance {rows[0].chance:.2f} | top: {heads}  ({DESCRIPTIONS[pattern]})"
+        )
     return "\n".join(lines)

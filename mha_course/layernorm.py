@@ -27,7 +27,9 @@ from ._validate import require_floating, shape_str
 __all__ = ["LayerNorm", "layer_norm_by_hand"]
 
 
-def layer_norm_by_hand(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> torch.Tensor:
+def layer_norm_by_hand(
+    x, normalized_shape, weight=None, bias=None, eps: float = 1e-5
+) -> torch.Tensor:
     """LayerNorm(x) written out: normalise each token's features, then scale and shift."""
     features = tuple(range(-len(normalized_shape), 0))  # the last axes: one token's features
     mean = x.mean(dim=features, keepdim=True)
@@ -102,5 +104,6 @@ class LayerNorm(nn.Module):
             )
 
     def extra_repr(self) -> str:
-        return (f"{self.normalized_shape}, eps={self.eps}, "
-                f"elementwise_affine={self.elementwise_affine}")
+        return (
+            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        )

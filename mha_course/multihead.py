@@ -127,22 +127,34 @@ class MultiHeadAttention(nn.Module):
         """A copy of a ``torch.nn.MultiheadAttention``: same configuration (``batch_first``
         included), same weights, same train/eval mode."""
         if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
+            raise TypeError(
+                f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}"
+            )
         if module.bias_k is not None or module.add_zero_attn:
-            raise ValueError("add_bias_kv=True and add_zero_attn=True are not supported by MultiHeadAttention")
+            raise ValueError(
+                "add_bias_kv=True and add_zero_attn=True are not supported by MultiHeadAttention"
+            )
         weight = module.out_proj.weight
         ours = cls(
-            module.embed_dim, module.num_heads, dropout=module.dropout,
-            bias=module.in_proj_bias is not None, kdim=module.kdim, vdim=module.vdim,
-            batch_first=module.batch_first, device=weight.device, dtype=weight.dtype,
+            module.embed_dim,
+            module.num_heads,
+            dropout=module.dropout,
+            bias=module.in_proj_bias is not None,
+            kdim=module.kdim,
+            vdim=module.vdim,
+            batch_first=module.batch_first,
+            device=weight.device,
+            dtype=weight.dtype,
         )
         ours.load_state_dict(module.state_dict())
         return ours.train(module.training)
 
     def extra_repr(self) -> str:
         dims = "" if self._qkv_same_embed_dim else f", kdim={self.kdim}, vdim={self.vdim}"
-        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}{dims}, dropout={self.dropout}, "
-                f"bias={self.in_proj_bias is not None}, batch_first={self.batch_first}")
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}{dims}, dropout={self.dropout}, "
+            f"bias={self.in_proj_bias is not None}, batch_first={self.batch_first}"
+        )
 
     # ------------------------------------------------------------------ forward
 
@@ -179,13 +191,17 @@ class MultiHeadAttention(nn.Module):
 
         batch_first = batch_dim == 0  # the layout of the inputs (one sequence is made batch first)
         # (B, H, L|S, D) each; the fused kernel reads views, the written-out attention wants copies
-        q, k, v = self._project(query, key, value, self_attention, batch_first, contiguous=need_weights)
+        q, k, v = self._project(
+            query, key, value, self_attention, batch_first, contiguous=need_weights
+        )
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             heads, weights = _attention_with_weights(q, k, v, mask, dropout_p)
         else:
             heads, weights = _fused_attention(q, k, v, mask, dropout_p, causal_kernel), None
-        output = self.out_proj(self._merge_heads(heads, batch_first))  # Concat(head_1, ..., head_h) W^O
+        output = self.out_proj(
+            self._merge_heads(heads, batch_first)
+        )  # Concat(head_1, ..., head_h) W^O
 
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)
@@ -210,21 +226,27 @@ class MultiHeadAttention(nn.Module):
             return heads.transpose(1, 2).reshape(B, L, H * D)
         return heads.permute(2, 0, 1, 3).reshape(L, B, H * D)
 
-    def _project(self, query, key, value, self_attention: bool, batch_first: bool, contiguous: bool):
+    def _project(
+        self, query, key, value, self_attention: bool, batch_first: bool, contiguous: bool
+    ):
         """Q W^Q, K W^K, V W^V, each split into heads: (B, H, L, D), (B, H, S, D), (B, H, S, D).
 
         Views into the projections' output, or with ``contiguous`` each head's rows side by side in
         memory, the layout a batched matmul wants (for self-attention, one copy makes all three)."""
         if self_attention and self._qkv_same_embed_dim:  # one matmul for all three
-            qkv = self._split_heads(F.linear(query, self.in_proj_weight, self.in_proj_bias), batch_first, parts=3)
+            qkv = self._split_heads(
+                F.linear(query, self.in_proj_weight, self.in_proj_bias), batch_first, parts=3
+            )
             return (qkv.contiguous() if contiguous else qkv).unbind(0)
         if self._qkv_same_embed_dim:
             w_q, w_k, w_v = self.in_proj_weight.chunk(3)
         else:
             w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         b_q, b_k, b_v = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None,) * 3
-        heads = (self._split_heads(F.linear(x, w, b), batch_first)[0]
-                 for x, w, b in ((query, w_q, b_q), (key, w_k, b_k), (value, w_v, b_v)))
+        heads = (
+            self._split_heads(F.linear(x, w, b), batch_first)[0]
+            for x, w, b in ((query, w_q, b_q), (key, w_k, b_k), (value, w_v, b_v))
+        )
         return tuple(h.contiguous() if contiguous else h for h in heads)
 
     def _may_attend(self, attn_mask, key_padding_mask, B, L, S) -> torch.Tensor | None:
@@ -233,7 +255,9 @@ class MultiHeadAttention(nn.Module):
         (B, H, L, S)."""
         masks = []
         if attn_mask is not None:
-            masks.append(attn_mask if attn_mask.dim() == 2 else attn_mask.view(B, self.num_heads, L, S))
+            masks.append(
+                attn_mask if attn_mask.dim() == 2 else attn_mask.view(B, self.num_heads, L, S)
+            )
         if key_padding_mask is not None:
             masks.append(key_padding_mask.view(B, 1, 1, S))
         if not masks:
@@ -242,8 +266,12 @@ class MultiHeadAttention(nn.Module):
             return ~(masks[0] | masks[1]) if len(masks) == 2 else ~masks[0]
         # At least one float mask: turn bool ones into 0 / -inf and add them up.
         dtype = next(m.dtype for m in masks if m.is_floating_point())
-        added = [m if m.is_floating_point() else torch.zeros(m.shape, dtype=dtype, device=m.device)
-                 .masked_fill(m, float("-inf")) for m in masks]
+        added = [
+            m
+            if m.is_floating_point()
+            else torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(m, float("-inf"))
+            for m in masks
+        ]
         return added[0] + added[1] if len(added) == 2 else added[0]
 
     # ------------------------------------------------------------------ argument checks
@@ -252,7 +280,9 @@ class MultiHeadAttention(nn.Module):
         """Validate query, key and value; return whether they are batched (3-D)."""
         for name, x in (("query", query), ("key", key), ("value", value)):
             require_floating(name, x)
-            require_ndim(name, x, (2, 3), "(3-D for a batch, 2-D (length, features) for one sequence)")
+            require_ndim(
+                name, x, (2, 3), "(3-D for a batch, 2-D (length, features) for one sequence)"
+            )
         if not query.dim() == key.dim() == value.dim():
             raise ValueError(
                 f"query, key and value must all be batched (3-D) or all unbatched (2-D), got shapes "
@@ -268,7 +298,9 @@ class MultiHeadAttention(nn.Module):
                 f"key and value must have the same length S (one value per key): key {shape_str(key.shape)} "
                 f"has S={key.size(length_dim)}, value {shape_str(value.shape)} has S={value.size(length_dim)}"
             )
-        if batched and not query.size(1 - length_dim) == key.size(1 - length_dim) == value.size(1 - length_dim):
+        if batched and not query.size(1 - length_dim) == key.size(1 - length_dim) == value.size(
+            1 - length_dim
+        ):
             where = "dim 0" if self.batch_first else "dim 1 (batch_first=False)"
             raise ValueError(
                 f"query, key and value must have the same batch size B in {where}, got shapes "
@@ -285,8 +317,11 @@ class MultiHeadAttention(nn.Module):
     def _check_masks(self, attn_mask, key_padding_mask, dtype, B, L, S, batched) -> None:
         H = self.num_heads
         if attn_mask is not None:
-            heads = ((B * H, L, S), f"(B·num_heads, L, S) = ({B}·{H}, {L}, {S})") if batched \
+            heads = (
+                ((B * H, L, S), f"(B·num_heads, L, S) = ({B}·{H}, {L}, {S})")
+                if batched
                 else ((H, L, S), f"(num_heads, L, S) = ({H}, {L}, {S})")
+            )
             _require_mask("attn_mask", attn_mask, dtype, ((L, S), f"(L, S) = ({L}, {S})"), heads)
         if key_padding_mask is not None:
             expected = ((B, S), f"(B, S) = ({B}, {S})") if batched else ((S,), f"(S,) = ({S},)")
@@ -313,13 +348,22 @@ def _fused_attention(q, k, v, mask, dropout_p: float, is_causal: bool) -> torch.
     zero output (not NaN, as older kernels give) for a query that may attend to nothing."""
     nothing_allowed = None
     if mask is not None:
-        nothing_allowed = ~mask.any(-1, keepdim=True) if mask.dtype == torch.bool \
+        nothing_allowed = (
+            ~mask.any(-1, keepdim=True)
+            if mask.dtype == torch.bool
             else mask.isneginf().all(-1, keepdim=True)
+        )
         if nothing_allowed.any():  # let those rows attend anywhere, then zero them
-            mask = mask | nothing_allowed if mask.dtype == torch.bool else mask.masked_fill(nothing_allowed, 0.0)
+            mask = (
+                mask | nothing_allowed
+                if mask.dtype == torch.bool
+                else mask.masked_fill(nothing_allowed, 0.0)
+            )
         else:
             nothing_allowed = None
-    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+    heads = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
+    )
     return heads if nothing_allowed is None else heads.masked_fill(nothing_allowed, 0.0)
 
 
@@ -333,7 +377,9 @@ def _attention_with_weights(q, k, v, mask, dropout_p: float) -> tuple[torch.Tens
     B, H, L, D = q.shape
     S = k.size(-2)
     q3, k3, v3 = q.reshape(B * H, L, D), k.reshape(B * H, S, D), v.reshape(B * H, S, D)
-    scores = torch.baddbmm(q3.new_empty(B * H, L, S), q3, k3.transpose(1, 2), beta=0.0, alpha=D**-0.5)
+    scores = torch.baddbmm(
+        q3.new_empty(B * H, L, S), q3, k3.transpose(1, 2), beta=0.0, alpha=D**-0.5
+    )
     scores = scores.view(B, H, L, S)
     nothing_allowed = None
     if mask is not None and mask.dtype == torch.bool:

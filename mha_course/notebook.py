@@ -75,7 +75,10 @@ def _watch_exercise_cells() -> None:
             save_exercise_cell(result.info.raw_cell)
 
     callbacks = shell.events.callbacks["post_run_cell"]
-    if not any(getattr(cb, "__name__", "") == "after_cell" and cb.__module__ == __name__ for cb in callbacks):
+    if not any(
+        getattr(cb, "__name__", "") == "after_cell" and cb.__module__ == __name__
+        for cb in callbacks
+    ):
         shell.events.register("post_run_cell", after_cell)
 
 
@@ -93,13 +96,19 @@ def load_your_work(directory: Path | str = WORK_DIR, *, quiet: bool = False) -> 
             try:
                 exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
                 candidate = namespace.get(exercise.name)
-                status = "yours" if candidate is not None and exercise.check.passes(candidate) else "not done"
+                status = (
+                    "yours"
+                    if candidate is not None and exercise.check.passes(candidate)
+                    else "not done"
+                )
             except Exception as error:  # a failing answer is reported, never fatal
                 status = f"fails its check ({type(error).__name__})"
         if status != "yours":
             namespace[exercise.name] = exercise.reference
-        lines.append(f"  {exercise.lesson} {exercise.name:<30} "
-                     + ("yours ✅" if status == "yours" else f"course reference (yours: {status})"))
+        lines.append(
+            f"  {exercise.lesson} {exercise.name:<30} "
+            + ("yours ✅" if status == "yours" else f"course reference (yours: {status})")
+        )
     if not quiet:
         print(f"Answers loaded from {directory}/:")
         print("\n".join(lines))

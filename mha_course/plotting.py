@@ -61,14 +61,25 @@ def plot_attention(
     if mask is not None:
         blocked = ~np.broadcast_to(_as_numpy(mask).astype(bool), w.shape)
         for i, j in zip(*np.nonzero(blocked)):
-            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.85", edgecolor="0.5", hatch="///"))
+            ax.add_patch(
+                plt.Rectangle(
+                    (j - 0.5, i - 0.5), 1, 1, facecolor="0.85", edgecolor="0.5", hatch="///"
+                )
+            )
     if annotate is None:
         annotate = w.size <= 100
     if annotate:
         for (i, j), value in np.ndenumerate(w):
             if mask is None or not blocked[i, j]:
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8,
-                        color="white" if value < 0.6 * (vmax or w.max() or 1) else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if value < 0.6 * (vmax or w.max() or 1) else "black",
+                )
     ax.set_xticks(range(w.shape[1]), keys if keys is not None else range(w.shape[1]), rotation=90)
     ax.set_yticks(range(w.shape[0]), queries if queries is not None else range(w.shape[0]))
     ax.set_xlabel("key (attended to)")
@@ -98,7 +109,10 @@ def plot_attention_grid(
     """
     w = _as_numpy(weights)
     if w.ndim == 3:
-        n_rows, n_cols = (math.ceil(w.shape[0] / (ncols or min(w.shape[0], 4))), ncols or min(w.shape[0], 4))
+        n_rows, n_cols = (
+            math.ceil(w.shape[0] / (ncols or min(w.shape[0], 4))),
+            ncols or min(w.shape[0], 4),
+        )
         panels = [w[i] for i in range(w.shape[0])]
     elif w.ndim == 4:
         n_rows, n_cols = w.shape[0], w.shape[1]
@@ -107,7 +121,9 @@ def plot_attention_grid(
         raise ValueError(f"weights must be (H, L, S) or (layers, H, L, S), got shape {w.shape}")
     if titles is None:
         titles = [f"head {i % n_cols}" if w.ndim == 4 else f"head {i}" for i in range(len(panels))]
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(cell_size * n_cols, cell_size * n_rows), squeeze=False)
+    fig, axes = plt.subplots(
+        n_rows, n_cols, figsize=(cell_size * n_cols, cell_size * n_rows), squeeze=False
+    )
     show_tokens = tokens is not None and len(tokens) <= 16 and cell_size >= 2
     for k, ax in enumerate(axes.flat):
         if k >= len(panels):

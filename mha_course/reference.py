@@ -14,8 +14,15 @@ from .attention import scaled_dot_product_attention as _sdpa
 from .layernorm import LayerNorm
 from .positional import positional_encoding
 
-__all__ = ["softmax", "scaled_dot_product_attention", "MultiHeadAttention", "LayerNorm", "positional_encoding", "EncoderLayer",
-           "load_layer"]
+__all__ = [
+    "softmax",
+    "scaled_dot_product_attention",
+    "MultiHeadAttention",
+    "LayerNorm",
+    "positional_encoding",
+    "EncoderLayer",
+    "load_layer",
+]
 
 
 def softmax(scores: torch.Tensor) -> torch.Tensor:
@@ -40,7 +47,9 @@ class MultiHeadAttention(torch.nn.Module):
     def __init__(self, embed_dim, num_heads):
         super().__init__()
         if embed_dim % num_heads != 0:
-            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+            raise ValueError(
+                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})"
+            )
         self.num_heads = num_heads
         self.q_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^Q
         self.k_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^K
@@ -48,8 +57,10 @@ class MultiHeadAttention(torch.nn.Module):
         self.out_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^O
 
     def forward(self, query, key, value, attn_mask=None):
-        q, k, v = (rearrange(proj(x), "b l (h d) -> b h l d", h=self.num_heads)
-                   for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+        q, k, v = (
+            rearrange(proj(x), "b l (h d) -> b h l d", h=self.num_heads)
+            for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
         heads, weights = _sdpa(q, k, v, attn_mask=attn_mask)  # lesson 01, every head at once
         return self.out_proj(rearrange(heads, "b h l d -> b l (h d)")), weights
 
@@ -71,8 +82,17 @@ class EncoderLayer(torch.nn.Module):
     e.g. ``torch.nn.functional.gelu`` for BERT-style models (lesson 05).
     """
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, *, mha_class=None, norm_class=None,
-                 activation=torch.relu):
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        d_ff,
+        dropout=0.0,
+        *,
+        mha_class=None,
+        norm_class=None,
+        activation=torch.relu,
+    ):
         super().__init__()
         self.activation = activation
         self.self_attn = (mha_class or MultiHeadAttention)(d_model, num_heads)
@@ -92,6 +112,8 @@ class EncoderLayer(torch.nn.Module):
 def load_layer(layer, weights, i):
     """Lesson 05: copy layer ``i`` of the MiniLM checkpoint ``weights`` into ``layer`` (packed
     ``self_attn.in_proj_weight`` or separate ``q_proj``/``k_proj``/``v_proj``)."""
-    from .pretrained import load_layer as _load_layer  # imported here: loading a model is lesson 05's business
+    from .pretrained import (
+        load_layer as _load_layer,  # imported here: loading a model is lesson 05's business
+    )
 
     _load_layer(layer, weights, i)

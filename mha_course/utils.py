@@ -53,7 +53,8 @@ def environment_report() -> str:
     device = get_device()
     lines = [
         f"Python   {platform.python_version()} ({platform.system()} {platform.machine()})",
-        f"torch    {torch.__version__}" + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ", CPU build"),
+        f"torch    {torch.__version__}"
+        + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ", CPU build"),
         f"device   {device_report(device)}",
     ]
     return "\n".join(lines)

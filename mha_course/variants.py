@@ -60,14 +60,20 @@ class MHAParams:
         E = self.W_Q.size(0)
         if E % self.num_heads:
             raise ValueError(f"embed_dim {E} is not divisible by num_heads {self.num_heads}")
-        for name, W, rows in (("W_Q", self.W_Q, E), ("W_K", self.W_K, None), ("W_V", self.W_V, None),
-                              ("W_O", self.W_O, E)):
+        for name, W, rows in (
+            ("W_Q", self.W_Q, E),
+            ("W_K", self.W_K, None),
+            ("W_V", self.W_V, None),
+            ("W_O", self.W_O, E),
+        ):
             if W.dim() != 2 or W.size(1) != E or (rows is not None and W.size(0) != rows):
                 want = f"({rows}, {E})" if rows is not None else f"(E_in, {E})"
                 raise ValueError(f"{name} has shape {shape_str(W.shape)}, expected {want}")
         for name in ("b_Q", "b_K", "b_V", "b_O"):
             if getattr(self, name).shape != (E,):
-                raise ValueError(f"{name} has shape {tuple(getattr(self, name).shape)}, expected ({E},)")
+                raise ValueError(
+                    f"{name} has shape {tuple(getattr(self, name).shape)}, expected ({E},)"
+                )
 
     @property
     def embed_dim(self) -> int:
@@ -97,8 +103,17 @@ class MHAParams:
         return cls(W_Q, W_K, W_V, out.weight.T, b_Q, b_K, b_V, b_O, module.num_heads)
 
     @classmethod
-    def random(cls, embed_dim: int, num_heads: int, *, kdim: int | None = None, vdim: int | None = None,
-               seed: int = 0, dtype=torch.float32, device=None) -> MHAParams:
+    def random(
+        cls,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        seed: int = 0,
+        dtype=torch.float32,
+        device=None,
+    ) -> MHAParams:
         """Xavier-uniform weights and small random (nonzero, so a forgotten bias shows) biases."""
         require_positive_int("embed_dim", embed_dim)
         generator = torch.Generator().manual_seed(seed)
@@ -111,8 +126,14 @@ class MHAParams:
         def weight(rows):
             return uniform(rows, E, bound=math.sqrt(6 / (rows + E)))
 
-        return cls(weight(E), weight(kdim or E), weight(vdim or E), weight(E),
-                   *(uniform(E, bound=0.1) for _ in range(4)), num_heads)
+        return cls(
+            weight(E),
+            weight(kdim or E),
+            weight(vdim or E),
+            weight(E),
+            *(uniform(E, bound=0.1) for _ in range(4)),
+            num_heads,
+        )
 
     def tensors(self) -> list[Tensor]:
         """The eight weight and bias tensors, in field order."""
@@ -120,8 +141,14 @@ class MHAParams:
 
     def to(self, dtype=None, device=None) -> MHAParams:
         """A copy in another dtype and/or on another device (fresh leaf tensors, no grad)."""
-        return replace(self, **{f.name: getattr(self, f.name).detach().to(dtype=dtype, device=device).clone()
-                                for f in fields(self) if f.name != "num_heads"})
+        return replace(
+            self,
+            **{
+                f.name: getattr(self, f.name).detach().to(dtype=dtype, device=device).clone()
+                for f in fields(self)
+                if f.name != "num_heads"
+            },
+        )
 
     def requires_grad_(self, requires_grad: bool = True) -> MHAParams:
         for t in self.tensors():
@@ -131,8 +158,15 @@ class MHAParams:
     def to_torch(self, batch_first: bool = True) -> torch.nn.MultiheadAttention:
         """A ``torch.nn.MultiheadAttention`` holding a copy of these weights."""
         E, Ek, Ev = self.embed_dim, self.W_K.size(0), self.W_V.size(0)
-        module = torch.nn.MultiheadAttention(E, self.num_heads, kdim=Ek, vdim=Ev, batch_first=batch_first,
-                                             dtype=self.W_O.dtype, device=self.W_O.device)
+        module = torch.nn.MultiheadAttention(
+            E,
+            self.num_heads,
+            kdim=Ek,
+            vdim=Ev,
+            batch_first=batch_first,
+            dtype=self.W_O.dtype,
+            device=self.W_O.device,
+        )
         with torch.no_grad():
             if module._qkv_same_embed_dim:
                 module.in_proj_weight.copy_(torch.cat([self.W_Q.T, self.W_K.T, self.W_V.T]))
@@ -148,31 +182,47 @@ class MHAParams:
 
 # --- argument checks, shared by the four styles ----------------------------------------------------
 
-def _check(query: Tensor, key: Tensor, value: Tensor, params: MHAParams, attn_mask) -> Tensor | None:
+
+def _check(
+    query: Tensor, key: Tensor, value: Tensor, params: MHAParams, attn_mask
+) -> Tensor | None:
     """Validate the inputs; return the mask as (B or 1, H or 1, L, S) bool, or None."""
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be an MHAParams, got {type(params).__name__}")
-    for name, x, width in (("query", query, params.embed_dim), ("key", key, params.W_K.size(0)),
-                           ("value", value, params.W_V.size(0))):
+    for name, x, width in (
+        ("query", query, params.embed_dim),
+        ("key", key, params.W_K.size(0)),
+        ("value", value, params.W_V.size(0)),
+    ):
         require_tensor(name, x)
         if x.dim() != 3 or x.size(-1) != width:
-            raise ValueError(f"{name} must be (B, length, {width}) batch first, got shape {shape_str(x.shape)}")
+            raise ValueError(
+                f"{name} must be (B, length, {width}) batch first, got shape {shape_str(x.shape)}"
+            )
         if x.dtype != params.W_O.dtype:
             raise ValueError(f"{name} has dtype {x.dtype} but the weights are {params.W_O.dtype}")
     if not query.size(0) == key.size(0) == value.size(0):
-        raise ValueError(f"query, key and value must share the batch size B, got shapes "
-                         f"{shape_str(query.shape)}, {shape_str(key.shape)}, {shape_str(value.shape)}")
+        raise ValueError(
+            f"query, key and value must share the batch size B, got shapes "
+            f"{shape_str(query.shape)}, {shape_str(key.shape)}, {shape_str(value.shape)}"
+        )
     if key.size(1) != value.size(1):
-        raise ValueError(f"key and value must have the same length S, got shapes "
-                         f"{shape_str(key.shape)} and {shape_str(value.shape)}")
+        raise ValueError(
+            f"key and value must have the same length S, got shapes "
+            f"{shape_str(key.shape)} and {shape_str(value.shape)}"
+        )
     if attn_mask is None:
         return None
     require_tensor("attn_mask", attn_mask)
     if attn_mask.dtype != torch.bool:
-        raise ValueError(f"attn_mask must be a bool tensor (True = may attend), got dtype {attn_mask.dtype}")
+        raise ValueError(
+            f"attn_mask must be a bool tensor (True = may attend), got dtype {attn_mask.dtype}"
+        )
     B, L, S, H = query.size(0), query.size(1), key.size(1), params.num_heads
     if attn_mask.dim() not in (2, 3, 4):
-        raise ValueError(f"attn_mask must be (L, S), (B, L, S) or (B, H, L, S), got shape {shape_str(attn_mask.shape)}")
+        raise ValueError(
+            f"attn_mask must be (L, S), (B, L, S) or (B, H, L, S), got shape {shape_str(attn_mask.shape)}"
+        )
     mask = attn_mask
     if mask.dim() == 2:  # (L, S): the same for every sequence and head
         mask = mask[None, None]
@@ -183,8 +233,10 @@ def _check(query: Tensor, key: Tensor, value: Tensor, params: MHAParams, attn_ma
     except RuntimeError:
         fits = False
     if not fits:
-        raise ValueError(f"attn_mask of shape {shape_str(attn_mask.shape)} does not fit the scores: expected "
-                         f"(L, S) = ({L}, {S}), (B, L, S) = ({B}, {L}, {S}) or (B, H, L, S) = ({B}, {H}, {L}, {S})")
+        raise ValueError(
+            f"attn_mask of shape {shape_str(attn_mask.shape)} does not fit the scores: expected "
+            f"(L, S) = ({L}, {S}), (B, L, S) = ({B}, {L}, {S}) or (B, H, L, S) = ({B}, {H}, {L}, {S})"
+        )
     return mask
 
 
@@ -197,12 +249,16 @@ def _attention_weights(scores: Tensor, mask: Tensor | None) -> Tensor:
 
 # --- (1) a loop over heads ---------------------------------------------------------------------------
 
-def mha_loop(query: Tensor, key: Tensor, value: Tensor, params: MHAParams,
-             attn_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+
+def mha_loop(
+    query: Tensor, key: Tensor, value: Tensor, params: MHAParams, attn_mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), one head at a time, then Concat(...) W^O."""
     mask = _check(query, key, value, params, attn_mask)
     H, D = params.num_heads, params.head_dim
-    masks = [None] * H if mask is None else mask.expand(-1, H, -1, -1).unbind(1)  # (B or 1, L, S) each
+    masks = (
+        [None] * H if mask is None else mask.expand(-1, H, -1, -1).unbind(1)
+    )  # (B or 1, L, S) each
     heads, weights = [], []
     for i in range(H):
         cols = slice(i * D, (i + 1) * D)  # head i's columns: W_i^Q = W_Q[:, cols]
@@ -218,12 +274,16 @@ def mha_loop(query: Tensor, key: Tensor, value: Tensor, params: MHAParams,
 
 # --- (2) einsum over a head axis ---------------------------------------------------------------------
 
-def mha_einsum(query: Tensor, key: Tensor, value: Tensor, params: MHAParams,
-               attn_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+
+def mha_einsum(
+    query: Tensor, key: Tensor, value: Tensor, params: MHAParams, attn_mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """All heads at once: the weights get a head axis h, and einsum's subscripts say the shapes."""
     mask = _check(query, key, value, params, attn_mask)
     H, D = params.num_heads, params.head_dim
-    W_Q, W_K, W_V = (W.unflatten(1, (H, D)) for W in (params.W_Q, params.W_K, params.W_V))  # (E, H, D)
+    W_Q, W_K, W_V = (
+        W.unflatten(1, (H, D)) for W in (params.W_Q, params.W_K, params.W_V)
+    )  # (E, H, D)
     Q = torch.einsum("ble,ehd->bhld", query, W_Q) + params.b_Q.view(H, 1, D)
     K = torch.einsum("bse,ehd->bhsd", key, W_K) + params.b_K.view(H, 1, D)
     V = torch.einsum("bse,ehd->bhsd", value, W_V) + params.b_V.view(H, 1, D)
@@ -236,8 +296,10 @@ def mha_einsum(query: Tensor, key: Tensor, value: Tensor, params: MHAParams,
 
 # --- (3) view/transpose and PyTorch's fused kernel ---------------------------------------------------
 
-def mha_sdpa(query: Tensor, key: Tensor, value: Tensor, params: MHAParams,
-             attn_mask: Tensor | None = None) -> tuple[Tensor, None]:
+
+def mha_sdpa(
+    query: Tensor, key: Tensor, value: Tensor, params: MHAParams, attn_mask: Tensor | None = None
+) -> tuple[Tensor, None]:
     """One projection per Q, K, V cut into heads by view/transpose; F.scaled_dot_product_attention
     does softmax(Q Kᵀ/√D) V in one fused call and never returns the (B, H, L, S) weights."""
     mask = _check(query, key, value, params, attn_mask)
@@ -252,8 +314,10 @@ def mha_sdpa(query: Tensor, key: Tensor, value: Tensor, params: MHAParams,
 
 # --- (4) einops rearrange and batched matmuls --------------------------------------------------------
 
-def mha_einops(query: Tensor, key: Tensor, value: Tensor, params: MHAParams,
-               attn_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+
+def mha_einops(
+    query: Tensor, key: Tensor, value: Tensor, params: MHAParams, attn_mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """The shapes written in the code: 'b l (h d) -> b h l d', then Q Kᵀ and A V batched over (b, h)."""
     mask = _check(query, key, value, params, attn_mask)
     H, D = params.num_heads, params.head_dim

@@ -55,7 +55,9 @@ def test_matches_torch_sdpa(inputs):
     if is_causal and q.size(-2) > k.size(-2):
         return  # top-left causal alignment leaves queries with no key: covered separately
     out, w = sdpa(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
-    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale)
+    expected = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale
+    )
     torch.testing.assert_close(out, expected)
     if not is_causal:
         torch.testing.assert_close(w, reference_weights(q, k, mask, scale).expand_as(w))
@@ -71,7 +73,9 @@ def test_gradients_match_torch(inputs):
     theirs = [t.clone().requires_grad_() for t in (q, k, v)]
     grad = randn(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.size(-2), v.size(-1))
     sdpa(*ours, attn_mask=mask, is_causal=is_causal, scale=scale)[0].backward(grad)
-    F.scaled_dot_product_attention(*theirs, attn_mask=mask, is_causal=is_causal, scale=scale).backward(grad)
+    F.scaled_dot_product_attention(
+        *theirs, attn_mask=mask, is_causal=is_causal, scale=scale
+    ).backward(grad)
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a.grad, b.grad)
 
@@ -150,18 +154,38 @@ def test_dropout_drops_and_rescales_weights():
     [
         ((randn(4, 8), randn(6, 7), randn(6, 3)), {}, "query (4, 8) has E=8, key (6, 7) has E=7"),
         ((randn(4, 8), randn(6, 8), randn(5, 3)), {}, "key (6, 8) has S=6, value (5, 3) has S=5"),
-        ((randn(4, 8), randn(6, 8), randn(6, 3)), {"attn_mask": torch.ones(4, 5, dtype=torch.bool)},
-         "attn_mask of shape (4, 5) does not broadcast to the scores' shape (4, 6)"),
-        ((randn(4, 8), randn(6, 8), randn(6, 3)), {"attn_mask": torch.ones(4, 6, dtype=torch.long)},
-         "attn_mask has dtype torch.int64; expected torch.bool"),
-        ((randn(4, 8), randn(6, 8), randn(6, 3)), {"attn_mask": torch.ones(3, 4, 6, dtype=torch.bool)},
-         "does not broadcast to the scores' shape (4, 6)"),
+        (
+            (randn(4, 8), randn(6, 8), randn(6, 3)),
+            {"attn_mask": torch.ones(4, 5, dtype=torch.bool)},
+            "attn_mask of shape (4, 5) does not broadcast to the scores' shape (4, 6)",
+        ),
+        (
+            (randn(4, 8), randn(6, 8), randn(6, 3)),
+            {"attn_mask": torch.ones(4, 6, dtype=torch.long)},
+            "attn_mask has dtype torch.int64; expected torch.bool",
+        ),
+        (
+            (randn(4, 8), randn(6, 8), randn(6, 3)),
+            {"attn_mask": torch.ones(3, 4, 6, dtype=torch.bool)},
+            "does not broadcast to the scores' shape (4, 6)",
+        ),
         ((randn(2, 4, 8), randn(3, 6, 8), randn(3, 6, 3)), {}, "do not broadcast together"),
-        ((randn(4, 8), randn(6, 8), randn(6, 3)),
-         {"attn_mask": torch.ones(4, 6, dtype=torch.bool), "is_causal": True}, "not both"),
+        (
+            (randn(4, 8), randn(6, 8), randn(6, 3)),
+            {"attn_mask": torch.ones(4, 6, dtype=torch.bool), "is_causal": True},
+            "not both",
+        ),
         ((randn(8), randn(6, 8), randn(6, 3)), {}, "query must have at least 2 dims"),
-        ((torch.ones(4, 8, dtype=torch.long), randn(6, 8), randn(6, 3)), {}, "query must be a floating-point"),
-        ((randn(4, 8), randn(6, 8), randn(6, 3)), {"dropout_p": 1.5}, "dropout_p must be a probability"),
+        (
+            (torch.ones(4, 8, dtype=torch.long), randn(6, 8), randn(6, 3)),
+            {},
+            "query must be a floating-point",
+        ),
+        (
+            (randn(4, 8), randn(6, 8), randn(6, 3)),
+            {"dropout_p": 1.5},
+            "dropout_p must be a probability",
+        ),
     ],
 )
 def test_bad_arguments_raise_value_error_with_shapes(args, kwargs, message):

@@ -18,7 +18,16 @@ from mha_course.variants import MHAParams, mha_einops
 
 matplotlib.use("Agg")
 
-TINY = dict(batch=2, embed_dim=16, heads=2, min_run_time=0.001, max_run_time=0.02, check_queries=4, matmul_n=32, device="cpu")
+TINY = dict(
+    batch=2,
+    embed_dim=16,
+    heads=2,
+    min_run_time=0.001,
+    max_run_time=0.02,
+    check_queries=4,
+    matmul_n=32,
+    device="cpu",
+)
 
 
 def functional(run_with_params):
@@ -32,7 +41,9 @@ def correct(x, params):
 
 def no_scale(x, params):
     """The classic mistake: softmax(Q Kᵀ) V without dividing by √D."""
-    return mha_einops(x, x, x, dataclasses.replace(params, W_Q=params.W_Q * math.sqrt(params.head_dim)))[0]
+    return mha_einops(
+        x, x, x, dataclasses.replace(params, W_Q=params.W_Q * math.sqrt(params.head_dim))
+    )[0]
 
 
 def wrong_gradient(x, params):
@@ -62,11 +73,15 @@ CUSTOM = [
 
 @pytest.fixture(scope="module")
 def custom_sweep():
-    return bench.run_sweep((8, 16, 32), implementations=CUSTOM, modes=(FORWARD, BACKWARD), threads=1, **TINY)
+    return bench.run_sweep(
+        (8, 16, 32), implementations=CUSTOM, modes=(FORWARD, BACKWARD), threads=1, **TINY
+    )
 
 
 def pick(results, name, length, mode=FORWARD):
-    (r,) = [r for r in results if r.implementation == name and r.length == length and r.mode == mode]
+    (r,) = [
+        r for r in results if r.implementation == name and r.length == length and r.mode == mode
+    ]
     return r
 
 
@@ -107,7 +122,9 @@ def test_out_of_memory_is_recorded_and_the_sweep_goes_on(custom_sweep):
     for mode in (FORWARD, BACKWARD):
         assert pick(custom_sweep, "oom from 16", 8, mode).status == "ok"
         at_16 = pick(custom_sweep, "oom from 16", 16, mode)
-        assert at_16.status == "oom" and "OutOfMemoryError" in at_16.message and at_16.median_s is None
+        assert (
+            at_16.status == "oom" and "OutOfMemoryError" in at_16.message and at_16.median_s is None
+        )
         at_32 = pick(custom_sweep, "oom from 16", 32, mode)
         assert at_32.status == "oom" and "skipped: out of memory at L=16" in at_32.message
         assert pick(custom_sweep, "after the failures", 32, mode).status == "ok"
@@ -117,7 +134,9 @@ def test_a_real_cpu_allocation_failure_counts_as_out_of_memory():
     def huge(x, params):
         return torch.empty(2**50, dtype=torch.float32)  # 4 PiB: the CPU allocator refuses
 
-    sweep = bench.run_sweep((8,), implementations=[Implementation("huge", functional(huge))], modes=(FORWARD,), **TINY)
+    sweep = bench.run_sweep(
+        (8,), implementations=[Implementation("huge", functional(huge))], modes=(FORWARD,), **TINY
+    )
     assert sweep[0].status == "oom" and "can't allocate memory" in sweep[0].message
 
 
@@ -143,8 +162,17 @@ def test_standard_implementations_pass_the_gate_on_cpu():
             assert s == "unsupported", (name, mode, s)
         else:
             assert s == "ok", (name, mode, [r.message for r in sweep if r.implementation == name])
-    assert {"loop over heads", "einsum", "batched matmul (einops)", "SDPA math", "SDPA flash", "package MHA",
-            "package MHA, need_weights", "torch MHA", "torch MHA, need_weights"} <= {n for n, _ in status}
+    assert {
+        "loop over heads",
+        "einsum",
+        "batched matmul (einops)",
+        "SDPA math",
+        "SDPA flash",
+        "package MHA",
+        "package MHA, need_weights",
+        "torch MHA",
+        "torch MHA, need_weights",
+    } <= {n for n, _ in status}
 
 
 def test_flop_count_matches_torch_flop_counter():
@@ -185,14 +213,28 @@ def test_csv_is_tidy_with_environment_columns(custom_sweep, tmp_path):
     bench.to_csv(custom_sweep, path)
     header, *rows = path.read_text().splitlines()
     columns = header.split(",")
-    assert {"implementation", "dtype", "mode", "length", "median_s", "peak_bytes", "torch_version",
-            "device_name", "threads"} <= set(columns)
+    assert {
+        "implementation",
+        "dtype",
+        "mode",
+        "length",
+        "median_s",
+        "peak_bytes",
+        "torch_version",
+        "device_name",
+        "threads",
+    } <= set(columns)
     assert len(rows) == len(custom_sweep)
 
 
 def test_table_shows_every_result_and_the_ratio_to_torch():
-    sweep = bench.run_sweep((8,), implementations=CUSTOM[:2] + bench.standard_implementations()[-2:],
-                            modes=(FORWARD,), threads=1, **TINY)
+    sweep = bench.run_sweep(
+        (8,),
+        implementations=CUSTOM[:2] + bench.standard_implementations()[-2:],
+        modes=(FORWARD,),
+        threads=1,
+        **TINY,
+    )
     table = bench.to_table(sweep)
     assert "forward, float32 on cpu, B=2 E=16 H=2" in table and "1 threads" in table
     torch_row = next(line for line in table.splitlines() if line.startswith("torch MHA  "))
@@ -203,23 +245,45 @@ def test_table_shows_every_result_and_the_ratio_to_torch():
 
 
 def synthetic(name, times, peaks, mode=FORWARD):
-    return [Result(name, "cpu", "float32", mode, 1, L, 8, 2, "ok", median_s=t, peak_bytes=p, score_bytes=8 * L * L)
-            for L, t, p in zip((64, 128, 256), times, peaks)]
+    return [
+        Result(
+            name,
+            "cpu",
+            "float32",
+            mode,
+            1,
+            L,
+            8,
+            2,
+            "ok",
+            median_s=t,
+            peak_bytes=p,
+            score_bytes=8 * L * L,
+        )
+        for L, t, p in zip((64, 128, 256), times, peaks)
+    ]
 
 
 def test_ratio_and_growth_exponent():
-    results = synthetic("quadratic", [1.0, 4.0, 16.0], [100, 400, 1600]) + \
-        synthetic("torch MHA", [0.5, 1.0, 2.0], [10, 20, 40])
+    results = synthetic("quadratic", [1.0, 4.0, 16.0], [100, 400, 1600]) + synthetic(
+        "torch MHA", [0.5, 1.0, 2.0], [10, 20, 40]
+    )
     assert bench.ratio(results, "quadratic") == {64: 2.0, 128: 4.0, 256: 8.0}
     assert bench.growth_exponent(results, "quadratic", "peak_bytes") == pytest.approx(2.0)
     assert bench.growth_exponent(results, "torch MHA", "median_s") == pytest.approx(1.0)
     assert bench.growth_exponent(results, "absent") is None
-    assert bench.growth_exponent(results, "quadratic", min_length=256) is None  # one point is no slope
+    assert (
+        bench.growth_exponent(results, "quadratic", min_length=256) is None
+    )  # one point is no slope
 
 
 def test_summary_quotes_the_lesson_ratios_and_memory_growth():
-    results = (synthetic("package MHA", [1.0, 2.0, 4.0], [10, 20, 40]) + synthetic("torch MHA", [1.0, 1.0, 2.0], [10, 20, 40])
-               + synthetic("SDPA", [1.0, 2.0, 4.0], [1, 2, 4]) + synthetic("loop over heads", [4.0, 16.0, 64.0], [1, 4, 16]))
+    results = (
+        synthetic("package MHA", [1.0, 2.0, 4.0], [10, 20, 40])
+        + synthetic("torch MHA", [1.0, 1.0, 2.0], [10, 20, 40])
+        + synthetic("SDPA", [1.0, 2.0, 4.0], [1, 2, 4])
+        + synthetic("loop over heads", [4.0, 16.0, 64.0], [1, 4, 16])
+    )
     text = bench.summary(results)
     assert "time package MHA / torch MHA: 1.00 (L=64), 2.00 (L=128), 2.00 (L=256)" in text
     assert "time SDPA / loop over heads: 0.25 (L=64), 0.12 (L=128), 0.06 (L=256)" in text
@@ -228,7 +292,9 @@ def test_summary_quotes_the_lesson_ratios_and_memory_growth():
 
 
 def test_plot_sweep_draws_time_and_memory_log_log_with_an_L2_guide():
-    results = synthetic("a", [1.0, 4.0, 16.0], [100, 400, 1600]) + synthetic("b", [1, 2, 3], [5, 6, 7])
+    results = synthetic("a", [1.0, 4.0, 16.0], [100, 400, 1600]) + synthetic(
+        "b", [1, 2, 3], [5, 6, 7]
+    )
     fig = bench.plot_sweep(results)
     time_ax, memory_ax = fig.axes[:2]
     for ax in (time_ax, memory_ax):
@@ -236,7 +302,9 @@ def test_plot_sweep_draws_time_and_memory_log_log_with_an_L2_guide():
         assert ax.get_xlabel() == "sequence length L"
         labels = [line.get_label() for line in ax.get_lines()]
         assert labels[:3] == ["a", "b", "∝ L² (guide)"]
-    assert list(time_ax.get_lines()[2].get_ydata()) == pytest.approx([1.0, 4.0, 16.0])  # slope 2 through the top
+    assert list(time_ax.get_lines()[2].get_ydata()) == pytest.approx(
+        [1.0, 4.0, 16.0]
+    )  # slope 2 through the top
     scores = memory_ax.get_lines()[3]
     assert scores.get_label() == "one (B, H, L, L) score matrix"
     assert list(scores.get_ydata()) == pytest.approx([8 * L * L / 2**20 for L in (64, 128, 256)])
@@ -246,17 +314,25 @@ def test_plot_sweep_draws_time_and_memory_log_log_with_an_L2_guide():
 
 
 def test_table_warns_when_the_matmul_rate_moved_during_a_block():
-    steady = [dataclasses.replace(r, matmul_flop_rate=100e9) for r in synthetic("a", [1, 2, 3], [1, 2, 3])]
-    assert "matmul 100.0 GFLOP/s" in bench.to_table(steady) and "WARNING" not in bench.to_table(steady)
+    steady = [
+        dataclasses.replace(r, matmul_flop_rate=100e9) for r in synthetic("a", [1, 2, 3], [1, 2, 3])
+    ]
+    assert "matmul 100.0 GFLOP/s" in bench.to_table(steady) and "WARNING" not in bench.to_table(
+        steady
+    )
     wobbly = steady[:2] + [dataclasses.replace(steady[2], matmul_flop_rate=80e9)]
-    assert "matmul 80.0 to 100.0 GFLOP/s" in bench.to_table(wobbly) and "WARNING" not in bench.to_table(wobbly)
+    assert "matmul 80.0 to 100.0 GFLOP/s" in bench.to_table(
+        wobbly
+    ) and "WARNING" not in bench.to_table(wobbly)
     moved = steady[:2] + [dataclasses.replace(steady[2], matmul_flop_rate=50e9)]
     assert "matmul 50.0 to 100.0 GFLOP/s\nWARNING: the matmul rate moved" in bench.to_table(moved)
 
 
 def test_a_noisy_timing_is_flagged(monkeypatch):
     monkeypatch.setattr(bench, "time_call", lambda fn, **kw: (1.0, 0.5, 4))
-    (r,) = bench.run_sweep((8,), implementations=CUSTOM[:1], modes=(FORWARD,), **{**TINY, "matmul_n": 8})
+    (r,) = bench.run_sweep(
+        (8,), implementations=CUSTOM[:1], modes=(FORWARD,), **{**TINY, "matmul_n": 8}
+    )
     assert r.status == "ok" and r.message == "noisy: IQR 50% of the median"
     assert "ok: noisy: IQR 50% of the median" in bench.to_table([r])
 
@@ -271,11 +347,14 @@ def test_bad_sweep_arguments(monkeypatch):
         bench.run_sweep((8,), **{**TINY, "device": "cuda"})
 
 
-@pytest.mark.parametrize("argv, complaint", [
-    (["--lengths", "0,64"], "--lengths: expected positive integers"),
-    (["--modes", "sideways"], "--modes: modes are 'forward' and 'forward+backward'"),
-    (["--dtypes", "float17"], "--dtypes: expected floating dtypes"),
-])
+@pytest.mark.parametrize(
+    "argv, complaint",
+    [
+        (["--lengths", "0,64"], "--lengths: expected positive integers"),
+        (["--modes", "sideways"], "--modes: modes are 'forward' and 'forward+backward'"),
+        (["--dtypes", "float17"], "--dtypes: expected floating dtypes"),
+    ],
+)
 def test_cli_rejects_bad_options_with_a_message(argv, complaint, capsys):
     with pytest.raises(SystemExit) as exit_:
         bench.main(argv)
@@ -285,12 +364,33 @@ def test_cli_rejects_bad_options_with_a_message(argv, complaint, capsys):
 def test_cli_quick_prints_a_table_and_writes_json(tmp_path):
     out = tmp_path / "quick.json"
     done = subprocess.run(
-        [sys.executable, "-m", "mha_course.bench", "--quick", "--lengths", "16", "--threads", "1",
-         "--min-run-time", "0.002", "--max-run-time", "0.02", "--json", str(out)],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "mha_course.bench",
+            "--quick",
+            "--lengths",
+            "16",
+            "--threads",
+            "1",
+            "--min-run-time",
+            "0.002",
+            "--max-run-time",
+            "0.02",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "implementation" in done.stdout and "× torch" in done.stdout
-    rows = [line for line in done.stdout.splitlines() if line.startswith(("torch MHA", "package MHA", "SDPA"))]
+    rows = [
+        line
+        for line in done.stdout.splitlines()
+        if line.startswith(("torch MHA", "package MHA", "SDPA"))
+    ]
     assert len(rows) >= 6
     data = json.loads(out.read_text())
     assert data["environment"]["threads"] == 1

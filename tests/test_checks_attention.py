@@ -29,13 +29,21 @@ def fails_with(check, candidate, *phrases):
 
 # ---------------------------------------------------------------- softmax
 
+
 def softmax_stable(s):
     e = (s - s.amax(-1, keepdim=True)).exp()
     return e / e.sum(-1, keepdim=True)
 
 
-@pytest.mark.parametrize("candidate", [softmax_stable, lambda s: torch.softmax(s, -1), lambda s: F.softmax(s, dim=-1),
-                                       lambda s: torch.exp(s - torch.logsumexp(s, -1, keepdim=True))])
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        softmax_stable,
+        lambda s: torch.softmax(s, -1),
+        lambda s: F.softmax(s, dim=-1),
+        lambda s: torch.exp(s - torch.logsumexp(s, -1, keepdim=True)),
+    ],
+)
 def test_softmax_accepts_correct_answers(candidate, capsys):
     passes(check_softmax, candidate, capsys)
 
@@ -67,11 +75,14 @@ def test_a_crash_names_the_case_and_the_inputs():
     def crashes(scores):
         return scores @ torch.ones(3)
 
-    message = fails_with(check_softmax, crashes, "Case 'a vector of 5 scores'", "RuntimeError", "tensor(5)")
+    message = fails_with(
+        check_softmax, crashes, "Case 'a vector of 5 scores'", "RuntimeError", "tensor(5)"
+    )
     assert "Likely cause" in message
 
 
 # ---------------------------------------------------------------- scaled dot-product attention
+
 
 def sdpa_matmul(query, key, value, attn_mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
@@ -127,14 +138,25 @@ def test_sdpa_accepts_every_correct_style(candidate, capsys):
     passes(check_scaled_dot_product_attention, candidate, capsys)
 
 
-def variant(scale=None, axis=-1, fill=float("-inf"), invert=False, ignore_mask=False, values="value",
-            after=False, transpose_scores=False, softmax=True):
+def variant(
+    scale=None,
+    axis=-1,
+    fill=float("-inf"),
+    invert=False,
+    ignore_mask=False,
+    values="value",
+    after=False,
+    transpose_scores=False,
+    softmax=True,
+):
     """A scaled dot-product attention with one classic mistake switched on."""
 
     def attention(query, key, value, attn_mask=None):
         d = query.size(-1)
         s = 1 / math.sqrt(d) if scale is None else scale(d, value.size(-1))
-        scores = key @ query.transpose(-2, -1) if transpose_scores else query @ key.transpose(-2, -1)
+        scores = (
+            key @ query.transpose(-2, -1) if transpose_scores else query @ key.transpose(-2, -1)
+        )
         scores = scores * s
         mask = attn_mask
         if mask is not None and invert:
@@ -181,8 +203,11 @@ def test_sdpa_names_each_classic_mistake(candidate, phrase):
 
 
 def test_sdpa_wrong_return_type():
-    fails_with(check_scaled_dot_product_attention, lambda q, k, v, attn_mask=None: sdpa_matmul(q, k, v)[0],
-               "return a tuple (output, weights)")
+    fails_with(
+        check_scaled_dot_product_attention,
+        lambda q, k, v, attn_mask=None: sdpa_matmul(q, k, v)[0],
+        "return a tuple (output, weights)",
+    )
 
 
 def test_sdpa_unstable_softmax_is_caught():

@@ -46,6 +46,7 @@ def not_done(check, candidate, capsys):
 
 # ---------------------------------------------------------------- LayerNorm
 
+
 def layer_norm_class(normalise, weight=torch.ones, bias=torch.zeros, parameter=nn.Parameter):
     """A learner's LayerNorm whose forward is ``normalise(self, x)``."""
 
@@ -95,13 +96,17 @@ def test_layer_norm_accepts_the_reference_and_torchs_own(capsys):
 
 def _affine(combine):
     def normalise(self, x):
-        x_hat = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + self.eps)
+        x_hat = (x - x.mean(-1, keepdim=True)) / torch.sqrt(
+            x.var(-1, keepdim=True, unbiased=False) + self.eps
+        )
         return combine(x_hat, self.weight, self.bias)
 
     return normalise
 
 
-def _stats(dim=-1, unbiased=False, eps_inside=True, use_eps=True, subtract=True, divide=True, use_var=False):
+def _stats(
+    dim=-1, unbiased=False, eps_inside=True, use_eps=True, subtract=True, divide=True, use_var=False
+):
     def normalise(self, x):
         mean = x.mean(dim=dim, keepdim=True)
         var = x.var(dim=dim, keepdim=True, unbiased=unbiased)
@@ -115,7 +120,9 @@ def _stats(dim=-1, unbiased=False, eps_inside=True, use_eps=True, subtract=True,
 
 
 def ln_std_plus_eps(self, x):
-    return (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps) * self.weight + self.bias
+    return (x - x.mean(-1, keepdim=True)) / (
+        x.std(-1, keepdim=True) + self.eps
+    ) * self.weight + self.bias
 
 
 def ln_everything(self, x):
@@ -145,21 +152,41 @@ def ln_everything(self, x):
     ids=lambda v: v if isinstance(v, str) else "",
 )
 def test_layer_norm_names_the_mistake(normalise, phrase):
-    fails_with(check_layer_norm, layer_norm_class(normalise), "Likely cause", phrase, "differ from the reference")
+    fails_with(
+        check_layer_norm,
+        layer_norm_class(normalise),
+        "Likely cause",
+        phrase,
+        "differ from the reference",
+    )
 
 
 def test_layer_norm_parameters_must_be_learnable_and_start_at_identity():
-    fails_with(check_layer_norm, layer_norm_class(ln_var, parameter=lambda t: t), "not a registered parameter",
-               "nn.Parameter")
-    fails_with(check_layer_norm, layer_norm_class(ln_var, weight=torch.randn), "weight = torch.ones(normalized_shape)")
-    fails_with(check_layer_norm, layer_norm_class(ln_var, bias=lambda n: torch.zeros(1)), "self.bias has shape (1)")
+    fails_with(
+        check_layer_norm,
+        layer_norm_class(ln_var, parameter=lambda t: t),
+        "not a registered parameter",
+        "nn.Parameter",
+    )
+    fails_with(
+        check_layer_norm,
+        layer_norm_class(ln_var, weight=torch.randn),
+        "weight = torch.ones(normalized_shape)",
+    )
+    fails_with(
+        check_layer_norm,
+        layer_norm_class(ln_var, bias=lambda n: torch.zeros(1)),
+        "self.bias has shape (1)",
+    )
 
     class NoWeight(nn.Module):
         def __init__(self, normalized_shape, eps=1e-5):
             super().__init__()
             self.gamma = nn.Parameter(torch.ones(normalized_shape))
 
-    fails_with(check_layer_norm, NoWeight, "no tensor attribute `weight`", "self.weight = nn.Parameter")
+    fails_with(
+        check_layer_norm, NoWeight, "no tensor attribute `weight`", "self.weight = nn.Parameter"
+    )
 
 
 def test_layer_norm_fixed_axis_and_detached_statistics():
@@ -170,7 +197,9 @@ def test_layer_norm_fixed_axis_and_detached_statistics():
 
     def detached_mean(self, x):
         mean = x.detach().mean(-1, keepdim=True)
-        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + self.eps) * self.weight + self.bias
+        return (x - mean) / torch.sqrt(
+            x.var(-1, keepdim=True, unbiased=False) + self.eps
+        ) * self.weight + self.bias
 
     fails_with(check_layer_norm, layer_norm_class(detached_mean), "input gradients", "detached")
 
@@ -196,6 +225,7 @@ def test_layer_norm_not_done_yet(capsys):
 
 
 # ---------------------------------------------------------------- positional encoding
+
 
 def pe_loop(max_len, d_model):
     pe = torch.zeros(max_len, d_model)
@@ -227,13 +257,21 @@ def pe_numpy(max_len, d_model):
     return torch.from_numpy(np.where(j % 2 == 0, np.sin(angles), np.cos(angles)))
 
 
-@pytest.mark.parametrize("candidate", [pe_loop, pe_annotated, pe_stacked, pe_numpy, reference.positional_encoding])
+@pytest.mark.parametrize(
+    "candidate", [pe_loop, pe_annotated, pe_stacked, pe_numpy, reference.positional_encoding]
+)
 def test_positional_encoding_accepts_correct_answers(candidate, capsys):
     passes(check_positional_encoding, candidate, capsys)
 
 
-def pe_variant(exponent=lambda two_i, d: two_i / d, base=10000.0, first=0, sin_even=True, multiply=False,
-               per_column=False):
+def pe_variant(
+    exponent=lambda two_i, d: two_i / d,
+    base=10000.0,
+    first=0,
+    sin_even=True,
+    multiply=False,
+    per_column=False,
+):
     def candidate(max_len, d_model):
         position = torch.arange(first, first + max_len, dtype=torch.float32).unsqueeze(1)
         if per_column:  # every column its own exponent
@@ -266,8 +304,14 @@ def pe_halves(max_len, d_model):
         (pe_variant(first=1), "the positions start at 1"),
         (pe_variant(exponent=lambda two_i, d: (two_i / 2) / d), "the exponent is i/d_model"),
         (pe_variant(exponent=lambda two_i, d: 2 * two_i / d), "the 2 is counted twice"),
-        (pe_variant(exponent=lambda j, d: j / d, per_column=True), "each column got its own frequency"),
-        (pe_variant(exponent=lambda j, d: 2 * j / d, per_column=True), "uses the column index as i"),
+        (
+            pe_variant(exponent=lambda j, d: j / d, per_column=True),
+            "each column got its own frequency",
+        ),
+        (
+            pe_variant(exponent=lambda j, d: 2 * j / d, per_column=True),
+            "uses the column index as i",
+        ),
         (pe_variant(multiply=True), "multiplied by 10000^(2i/d_model)"),
         (pe_variant(base=1000.0), "the base is 1000"),
         (pe_variant(base=5000.0), "your frequencies use the base 5000"),
@@ -284,8 +328,13 @@ def test_positional_encoding_square_transposed_is_diagnosed_from_values():
         pe = pe_annotated(max_len, d_model)
         return pe.T if max_len == d_model else pe
 
-    fails_with(check_positional_encoding, transposed_when_square, "max_len=16, d_model=16", "differ from the reference",
-               "transposed")
+    fails_with(
+        check_positional_encoding,
+        transposed_when_square,
+        "max_len=16, d_model=16",
+        "differ from the reference",
+        "transposed",
+    )
 
 
 def test_positional_encoding_integer_table_and_not_done(capsys):
@@ -303,6 +352,7 @@ def test_positional_encoding_integer_table_and_not_done(capsys):
 
 
 # ---------------------------------------------------------------- encoder layer
+
 
 class LoopFreeMHA(nn.Module):
     """A learner's lesson-02 MultiHeadAttention: view/transpose, bool mask True = may attend."""
@@ -381,7 +431,11 @@ def post_ln_compact(self, x, attn_mask):
 class ReferenceLN(nn.Module):  # a learner's own LayerNorm
     def __init__(self, d):
         super().__init__()
-        self.weight, self.bias, self.eps = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d)), 1e-5
+        self.weight, self.bias, self.eps = (
+            nn.Parameter(torch.ones(d)),
+            nn.Parameter(torch.zeros(d)),
+            1e-5,
+        )
 
     def forward(self, x):
         return ln_var(self, x)
@@ -392,7 +446,9 @@ def torch_style_forward(self, x, attn_mask):
     if attn_mask is None:
         attended = self.self_attn(x, x, x, need_weights=False)[0]
     elif attn_mask.dim() == 4:  # (B, 1, 1, S) padding
-        attended = self.self_attn(x, x, x, key_padding_mask=~attn_mask.flatten(1), need_weights=False)[0]
+        attended = self.self_attn(
+            x, x, x, key_padding_mask=~attn_mask.flatten(1), need_weights=False
+        )[0]
     else:
         attended = self.self_attn(x, x, x, attn_mask=~attn_mask, need_weights=False)[0]
     z = self.norm1(x + attended)
@@ -407,7 +463,12 @@ def torch_style_forward(self, x, attn_mask):
         encoder_class(torch_style_forward, mha=TorchStyleMHA),
         functools.partial(reference.EncoderLayer, mha_class=LoopFreeMHA, norm_class=ReferenceLN),
     ],
-    ids=["view-transpose", "einsum+own-LayerNorm", "torch-style-MHA", "reference-with-learner-parts"],
+    ids=[
+        "view-transpose",
+        "einsum+own-LayerNorm",
+        "torch-style-MHA",
+        "reference-with-learner-parts",
+    ],
 )
 def test_encoder_layer_accepts_correct_answers(candidate, capsys):
     passes(check_encoder_layer, candidate, capsys)
@@ -426,41 +487,89 @@ def _wrong(steps):
 @pytest.mark.parametrize(
     "steps, phrase",
     [
-        (lambda s, x, m: (lambda y: y + s.ffn(s.norm2(y)))(x + s.attend(s.norm1(x), m)), "pre-LN layer"),
-        (lambda s, x, m: (lambda z: s.norm2(s.ffn(z)))(s.norm1(s.attend(x, m))), "both residual connections"),
-        (lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z)))(s.norm1(s.attend(x, m))), "residual around the attention"),
-        (lambda s, x, m: s.norm2(s.ffn(s.norm1(x + s.attend(x, m)))), "residual around the feed-forward"),
-        (lambda s, x, m: (lambda z: z + s.norm2(s.ffn(z)))(x + s.norm1(s.attend(x, m))),
-         "normalised each sub-layer's output and then added"),
-        (lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z)))(x + s.norm1(s.attend(x, m))),
-         "around the attention you normalised before adding"),
-        (lambda s, x, m: (lambda z: z + s.norm2(s.ffn(z)))(s.norm1(x + s.attend(x, m))),
-         "around the feed-forward network you normalised before adding"),
-        (lambda s, x, m: (lambda z: z + s.ffn(z))(s.norm1(x + s.attend(x, m))), "second LayerNorm is missing"),
-        (lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z)))(x + s.attend(x, m)), "first LayerNorm is missing"),
-        (lambda s, x, m: (lambda z: s.norm1(z + s.ffn(z)))(s.norm1(x + s.attend(x, m))), "you used norm1 twice"),
-        (lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z)))(s.norm2(x + s.attend(x, m))), "you used norm2 twice"),
-        (lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z, lambda t: t)))(s.norm1(x + s.attend(x, m))),
-         "has no activation"),
-        (lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z, F.gelu)))(s.norm1(x + s.attend(x, m))), "activation is GELU"),
-        (lambda s, x, m: (lambda z: s.norm2(z + s.ffn(x)))(s.norm1(x + s.attend(x, m))), "reads the layer's input x"),
+        (
+            lambda s, x, m: (lambda y: y + s.ffn(s.norm2(y)))(x + s.attend(s.norm1(x), m)),
+            "pre-LN layer",
+        ),
+        (
+            lambda s, x, m: (lambda z: s.norm2(s.ffn(z)))(s.norm1(s.attend(x, m))),
+            "both residual connections",
+        ),
+        (
+            lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z)))(s.norm1(s.attend(x, m))),
+            "residual around the attention",
+        ),
+        (
+            lambda s, x, m: s.norm2(s.ffn(s.norm1(x + s.attend(x, m)))),
+            "residual around the feed-forward",
+        ),
+        (
+            lambda s, x, m: (lambda z: z + s.norm2(s.ffn(z)))(x + s.norm1(s.attend(x, m))),
+            "normalised each sub-layer's output and then added",
+        ),
+        (
+            lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z)))(x + s.norm1(s.attend(x, m))),
+            "around the attention you normalised before adding",
+        ),
+        (
+            lambda s, x, m: (lambda z: z + s.norm2(s.ffn(z)))(s.norm1(x + s.attend(x, m))),
+            "around the feed-forward network you normalised before adding",
+        ),
+        (
+            lambda s, x, m: (lambda z: z + s.ffn(z))(s.norm1(x + s.attend(x, m))),
+            "second LayerNorm is missing",
+        ),
+        (
+            lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z)))(x + s.attend(x, m)),
+            "first LayerNorm is missing",
+        ),
+        (
+            lambda s, x, m: (lambda z: s.norm1(z + s.ffn(z)))(s.norm1(x + s.attend(x, m))),
+            "you used norm1 twice",
+        ),
+        (
+            lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z)))(s.norm2(x + s.attend(x, m))),
+            "you used norm2 twice",
+        ),
+        (
+            lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z, lambda t: t)))(
+                s.norm1(x + s.attend(x, m))
+            ),
+            "has no activation",
+        ),
+        (
+            lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z, F.gelu)))(s.norm1(x + s.attend(x, m))),
+            "activation is GELU",
+        ),
+        (
+            lambda s, x, m: (lambda z: s.norm2(z + s.ffn(x)))(s.norm1(x + s.attend(x, m))),
+            "reads the layer's input x",
+        ),
         (lambda s, x, m: post_ln(s, x, None), "the mask is ignored"),
         (lambda s, x, m: post_ln(s, x, None if m is None else ~m), "the mask is inverted"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )
 def test_encoder_layer_names_the_mistake(steps, phrase):
-    fails_with(check_encoder_layer, _wrong(steps), "Likely cause", phrase, "differ from the reference")
+    fails_with(
+        check_encoder_layer, _wrong(steps), "Likely cause", phrase, "differ from the reference"
+    )
 
 
 def test_encoder_layer_mask_mistakes_show_in_the_masked_cases():
-    message = fails_with(check_encoder_layer, _wrong(lambda s, x, m: post_ln(s, x, None)), "the mask is ignored")
+    message = fails_with(
+        check_encoder_layer, _wrong(lambda s, x, m: post_ln(s, x, None)), "the mask is ignored"
+    )
     assert "causal mask" in message
 
 
 def test_encoder_layer_structure_problems():
-    fails_with(check_encoder_layer, _wrong(lambda s, x, m: (post_ln(s, x, m), None)), "returned a tuple of 2",
-               "return only")
+    fails_with(
+        check_encoder_layer,
+        _wrong(lambda s, x, m: (post_ln(s, x, m), None)),
+        "returned a tuple of 2",
+        "return only",
+    )
 
     class Renamed(encoder_class(post_ln)):
         def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
@@ -468,7 +577,12 @@ def test_encoder_layer_structure_problems():
             self.ffn_in = self.linear1
             del self.linear1
 
-    fails_with(check_encoder_layer, Renamed, "no attribute `linear1`", "self_attn, linear1, linear2, norm1, norm2")
+    fails_with(
+        check_encoder_layer,
+        Renamed,
+        "no attribute `linear1`",
+        "self_attn, linear1, linear2, norm1, norm2",
+    )
 
     class NoProjections(nn.Module):
         def __init__(self, d_model, num_heads):
@@ -482,8 +596,12 @@ def test_encoder_layer_structure_problems():
             super().__init__(d_model, num_heads, d_ff, dropout)
             self.linear1 = nn.Linear(d_model, 4 * d_model)
 
-    fails_with(check_encoder_layer, WrongWidth, "linear1.weight has shape (64, 16), expected (32, 16)",
-               "nn.Linear(d_model, d_ff)")
+    fails_with(
+        check_encoder_layer,
+        WrongWidth,
+        "linear1.weight has shape (64, 16), expected (32, 16)",
+        "nn.Linear(d_model, d_ff)",
+    )
 
 
 def test_encoder_layer_dropout_must_stop_in_eval():
@@ -491,7 +609,9 @@ def test_encoder_layer_dropout_must_stop_in_eval():
         z = self.norm1(x + F.dropout(self.attend(x, attn_mask), p=self.dropout.p, training=True))
         return self.norm2(z + self.ffn(z))
 
-    fails_with(check_encoder_layer, encoder_class(always_dropped), "dropout=0.3", "dropout is still on")
+    fails_with(
+        check_encoder_layer, encoder_class(always_dropped), "dropout=0.3", "dropout is still on"
+    )
 
 
 def test_encoder_layer_not_done_yet_and_leaves_the_seed_alone(capsys):
@@ -509,9 +629,11 @@ def test_encoder_layer_not_done_yet_and_leaves_the_seed_alone(capsys):
 
 
 def test_exercises_are_registered_in_lesson_order():
-    for name, lesson, check in [("LayerNorm", "03", check_layer_norm),
-                                ("positional_encoding", "03", check_positional_encoding),
-                                ("EncoderLayer", "04", check_encoder_layer)]:
+    for name, lesson, check in [
+        ("LayerNorm", "03", check_layer_norm),
+        ("positional_encoding", "03", check_positional_encoding),
+        ("EncoderLayer", "04", check_encoder_layer),
+    ]:
         exercise = by_name(name)
         assert (exercise.lesson, exercise.check) == (lesson, check)
         assert check.passes(exercise.reference)

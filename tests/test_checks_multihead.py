@@ -43,6 +43,7 @@ class Projections(nn.Module):
 
 # ---------------------------------------------------------------- correct answers, four ways
 
+
 class Loop(Projections):
     """One head at a time: head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), then Concat."""
 
@@ -67,7 +68,7 @@ class Einsum(Projections):
             return x.unflatten(-1, (self.num_heads, self.head_dim))  # (B, L, H, D)
 
         Q, K, V = split(self.q_proj(query)), split(self.k_proj(key)), split(self.v_proj(value))
-        scores = torch.einsum("blhd,bshd->bhls", Q, K) / self.head_dim ** 0.5
+        scores = torch.einsum("blhd,bshd->bhls", Q, K) / self.head_dim**0.5
         if attn_mask is not None:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         weights = scores.softmax(dim=-1)
@@ -80,8 +81,10 @@ class ViewTransposeSDPA(Projections):
 
     def forward(self, query, key, value, attn_mask=None):
         B, L, E = query.shape
-        q, k, v = (proj(x).view(B, -1, self.num_heads, self.head_dim).transpose(1, 2)
-                   for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+        q, k, v = (
+            proj(x).view(B, -1, self.num_heads, self.head_dim).transpose(1, 2)
+            for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
         if attn_mask is not None:
@@ -93,14 +96,17 @@ class EinopsOwnAttention(Projections):
     """einops rearrange around the learner's lesson-01 attention."""
 
     def forward(self, query, key, value, attn_mask=None):
-        q, k, v = (rearrange(proj(x), "b l (h d) -> b h l d", h=self.num_heads)
-                   for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+        q, k, v = (
+            rearrange(proj(x), "b l (h d) -> b h l d", h=self.num_heads)
+            for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
         heads, weights = reference.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         return self.out_proj(rearrange(heads, "b h l d -> b l (h d)")), weights
 
 
-@pytest.mark.parametrize("candidate", [Loop, Einsum, ViewTransposeSDPA, EinopsOwnAttention,
-                                       reference.MultiHeadAttention])
+@pytest.mark.parametrize(
+    "candidate", [Loop, Einsum, ViewTransposeSDPA, EinopsOwnAttention, reference.MultiHeadAttention]
+)
 def test_accepts_every_correct_style(candidate, capsys):
     passes(candidate, capsys)
     assert check_multi_head_attention.passes(candidate) is True
@@ -115,6 +121,7 @@ def test_leaves_the_learners_random_stream_alone(capsys):
 
 
 # ---------------------------------------------------------------- the classic mistakes
+
 
 class Wrong(Projections):
     """view/transpose multi-head attention with one classic mistake switched on."""
@@ -137,7 +144,9 @@ class Wrong(Projections):
         scores = q @ k.transpose(-2, -1) / math.sqrt(d)
         if attn_mask is not None and m != "mask ignored":
             blocked = attn_mask if m == "mask inverted" else ~attn_mask
-            scores = scores.masked_fill(blocked, 0.0 if m == "mask filled with 0" else float("-inf"))
+            scores = scores.masked_fill(
+                blocked, 0.0 if m == "mask filled with 0" else float("-inf")
+            )
         dim = {"softmax over queries": -2, "softmax over heads": 1}.get(m, -1)
         weights = torch.softmax(scores, dim=dim)
         heads = weights @ v
@@ -153,21 +162,33 @@ def wrong(mistake):
     return type(f"Wrong_{mistake}", (Wrong,), {"mistake": mistake})
 
 
-@pytest.mark.parametrize("mistake, phrases", [
-    ("view without transpose", ["per-head weights differ", "split with .view(B, H, L, D)", ".transpose(1, 2)"]),
-    ("merge without transpose back", ["outputs differ", "merged with .reshape(B, L, E)"]),
-    ("sqrt(d_model)", ["√d_model", "embed_dim // num_heads"]),
-    ("no scale", ["not scaled"]),
-    ("no out_proj", ["outputs differ", "output projection W^O is missing"]),
-    ("keys with q_proj", ["keys are projected with q_proj", "K = k_proj(key)"]),
-    ("values from key", ["computed from `key`"]),
-    ("mask ignored", ["Case 'padding mask", "the mask is ignored"]),
-    ("mask inverted", ["Case 'padding mask", "the mask is inverted"]),
-    ("mask filled with 0", ["exp(0) = 1"]),
-    ("weights averaged", ["(2, 5, 5), expected (B, H, L, S) = (2, 4, 5, 5)", "averaged the weights over the heads"]),
-    ("softmax over queries", ["over the queries (dim=-2)"]),
-    ("softmax over heads", ["over the heads (dim=1)"]),
-])
+@pytest.mark.parametrize(
+    "mistake, phrases",
+    [
+        (
+            "view without transpose",
+            ["per-head weights differ", "split with .view(B, H, L, D)", ".transpose(1, 2)"],
+        ),
+        ("merge without transpose back", ["outputs differ", "merged with .reshape(B, L, E)"]),
+        ("sqrt(d_model)", ["√d_model", "embed_dim // num_heads"]),
+        ("no scale", ["not scaled"]),
+        ("no out_proj", ["outputs differ", "output projection W^O is missing"]),
+        ("keys with q_proj", ["keys are projected with q_proj", "K = k_proj(key)"]),
+        ("values from key", ["computed from `key`"]),
+        ("mask ignored", ["Case 'padding mask", "the mask is ignored"]),
+        ("mask inverted", ["Case 'padding mask", "the mask is inverted"]),
+        ("mask filled with 0", ["exp(0) = 1"]),
+        (
+            "weights averaged",
+            [
+                "(2, 5, 5), expected (B, H, L, S) = (2, 4, 5, 5)",
+                "averaged the weights over the heads",
+            ],
+        ),
+        ("softmax over queries", ["over the queries (dim=-2)"]),
+        ("softmax over heads", ["over the heads (dim=1)"]),
+    ],
+)
 def test_names_each_classic_mistake(mistake, phrases):
     message = fails_with(wrong(mistake), "Likely cause", *phrases)
     assert message.count("Likely cause") == 1
@@ -197,6 +218,7 @@ def test_one_head_over_all_features_is_told_to_split():
 
 
 # ---------------------------------------------------------------- structure, skeleton and crashes
+
 
 def test_unsolved_skeleton_is_not_done_yet(capsys):
     class Skeleton(Projections):
@@ -230,9 +252,13 @@ def test_projection_of_the_wrong_shape_is_named():
     class SmallV(Einsum):
         def __init__(self, embed_dim, num_heads):
             super().__init__(embed_dim, num_heads)
-            self.v_proj = nn.Linear(embed_dim, self.head_dim)  # one head's W_i^V instead of all of them
+            self.v_proj = nn.Linear(
+                embed_dim, self.head_dim
+            )  # one head's W_i^V instead of all of them
 
-    fails_with(SmallV, "self.v_proj.weight has shape (6, 24), expected (24, 24)", "nn.Linear(24, 24)")
+    fails_with(
+        SmallV, "self.v_proj.weight has shape (6, 24), expected (24, 24)", "nn.Linear(24, 24)"
+    )
 
 
 def test_projection_without_bias_is_named():

@@ -8,10 +8,20 @@ from mha_course import doctor
 
 
 def test_doctor_passes_on_this_machine():
-    result = subprocess.run([sys.executable, "-m", "mha_course", "doctor"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "mha_course", "doctor"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    for line in ("Python", "torch", "device", "einops", "pretrained weights", "JupyterLab", "attention on cpu",
-                 "All good"):
+    for line in (
+        "Python",
+        "torch",
+        "device",
+        "einops",
+        "pretrained weights",
+        "JupyterLab",
+        "attention on cpu",
+        "All good",
+    ):
         assert line in result.stdout
 
 
@@ -44,6 +54,9 @@ def test_missing_pretrained_weights(monkeypatch):
 
 
 def test_optional_problems_warn_without_failing():
-    results = [doctor.Check("a", True, "fine"), doctor.Check("b", False, "meh", "do x", required=False)]
+    results = [
+        doctor.Check("a", True, "fine"),
+        doctor.Check("b", False, "meh", "do x", required=False),
+    ]
     text = doctor.report(results)
     assert "⚠️" in text and "fix: do x" in text and "All good" in text

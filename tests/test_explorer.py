@@ -40,7 +40,20 @@ def test_attention_for_is_the_model_attention_of_the_sentence(model, seed):
     batch = model.tokenize([SENTENCE])
     with torch.no_grad():
         expected = torch.stack(model(**batch, output_attentions=True).attentions, dim=1)[0]
-    assert seed.tokens == ["[CLS]", "which", "do", "you", "like", "better", ",", "coffee", "or", "tea", "?", "[SEP]"]
+    assert seed.tokens == [
+        "[CLS]",
+        "which",
+        "do",
+        "you",
+        "like",
+        "better",
+        ",",
+        "coffee",
+        "or",
+        "tea",
+        "?",
+        "[SEP]",
+    ]
     assert seed.word_ids[0] is None and seed.word_ids[1] == 0
     assert seed.weights.shape == (6, 12, 12, 12)
     torch.testing.assert_close(seed.weights, expected)
@@ -52,10 +65,14 @@ def test_attention_for_is_the_model_attention_of_the_sentence(model, seed):
 
 
 def test_select_one_head_or_the_average():
-    weights = torch.softmax(torch.randn(3, 4, 5, 5, generator=torch.Generator().manual_seed(0)), dim=-1)
+    weights = torch.softmax(
+        torch.randn(3, 4, 5, 5, generator=torch.Generator().manual_seed(0)), dim=-1
+    )
     assert torch.equal(select(weights, 2, 1), weights[2, 1])
     average = select(weights, 1, None)
-    torch.testing.assert_close(average, (weights[1, 0] + weights[1, 1] + weights[1, 2] + weights[1, 3]) / 4)
+    torch.testing.assert_close(
+        average, (weights[1, 0] + weights[1, 1] + weights[1, 2] + weights[1, 3]) / 4
+    )
     torch.testing.assert_close(average.sum(-1), torch.ones(5))
     with pytest.raises(ValueError, match=r"layer must be an int in \[0, 3\), got 3"):
         select(weights, 3)
@@ -73,8 +90,15 @@ def test_query_row_strongest_and_choices():
     with pytest.raises(ValueError, match=r"query_index must be an int in \[0, 3\), got 3"):
         query_row(matrix, 3)
     tokens = ["[CLS]", "tea", "[SEP]"]
-    assert strongest(tokens, matrix[1], k=2) == [(2, "[SEP]", pytest.approx(0.6)), (1, "tea", pytest.approx(0.3))]
-    assert [j for j, _, _ in strongest(tokens, matrix[0])] == [0, 1, 2]  # a tie keeps the earlier token first
+    assert strongest(tokens, matrix[1], k=2) == [
+        (2, "[SEP]", pytest.approx(0.6)),
+        (1, "tea", pytest.approx(0.3)),
+    ]
+    assert [j for j, _, _ in strongest(tokens, matrix[0])] == [
+        0,
+        1,
+        2,
+    ]  # a tie keeps the earlier token first
     assert query_choices(tokens) == [("0: [CLS]", 0), ("1: tea", 1), ("2: [SEP]", 2)]
     with pytest.raises(ValueError, match="got 2 tokens for a row of 3"):
         strongest(tokens[:2], matrix[0])
@@ -127,7 +151,12 @@ def test_the_widgets_follow_the_controls(model, seed):
     plt.close(figure)
     explorer.sentence.value = "Tea?"  # shorter: the query moves to the last token
     assert explorer.attention.tokens == ["[CLS]", "tea", "?", "[SEP]"]
-    assert [label for label, _ in explorer.query.options] == ["0: [CLS]", "1: tea", "2: ?", "3: [SEP]"]
+    assert [label for label, _ in explorer.query.options] == [
+        "0: [CLS]",
+        "1: tea",
+        "2: ?",
+        "3: [SEP]",
+    ]
     assert explorer.query.value == 3
     explorer.sentence.value = ""  # an empty sentence is reported, and the last one stays
     assert "empty" in explorer.status.value and explorer.attention.tokens[1] == "tea"
@@ -155,5 +184,8 @@ def test_attention_explorer_shows_a_static_figure_first_then_the_widgets(model, 
     assert figure.axes[0].get_title() == "layer 4, average of the heads; query 1: 'coffee'"
     assert set(bundle) == {"text/plain", "application/vnd.jupyter.widget-view+json"}
     # a short, stable text (what a test run compares), not the repr of every widget
-    assert bundle["text/plain"] == "Attention explorer: run this notebook in Jupyter to use the controls."
+    assert (
+        bundle["text/plain"]
+        == "Attention explorer: run this notebook in Jupyter to use the controls."
+    )
     assert set(plt.get_fignums()) == open_before  # nothing left open to be drawn a second time

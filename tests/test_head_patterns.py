@@ -55,7 +55,11 @@ def brute_force(weights, tokens, pattern):
         if pattern == "punctuation":
             return is_punctuation(tokens[j])
         wi, wj = word_ids[i], word_ids[j]
-        return wi is not None and wj is not None and (wi == wj or words[wi].lower() == words[wj].lower())
+        return (
+            wi is not None
+            and wj is not None
+            and (wi == wj or words[wi].lower() == words[wj].lower())
+        )
 
     masses = []
     for i in range(len(tokens)):
@@ -81,11 +85,15 @@ def test_target_masks_on_a_hand_checked_sentence():
 
 
 def test_known_heads_get_their_known_scores():
-    previous = one_hot_rows([0] + list(range(L - 1)))  # each token looks at the one before ([CLS] at itself)
+    previous = one_hot_rows(
+        [0] + list(range(L - 1))
+    )  # each token looks at the one before ([CLS] at itself)
     uniform = torch.full((L, L), 1.0 / L, dtype=torch.float64)
     to_sep = one_hot_rows([L - 1] * L)
     to_cls = one_hot_rows([0] * L)
-    weights = torch.stack([previous, uniform, to_sep, to_cls]).unsqueeze(0)  # (1 layer, 4 heads, L, L)
+    weights = torch.stack([previous, uniform, to_sep, to_cls]).unsqueeze(
+        0
+    )  # (1 layer, 4 heads, L, L)
     table = head_pattern_scores([(weights, TOKENS, None)])
     score = {(r.pattern, r.head): r.score for r in table}
     chance = {r.pattern: r.chance for r in table}
@@ -93,11 +101,15 @@ def test_known_heads_get_their_known_scores():
     assert score["self", 0] == pytest.approx(1 / L)  # only [CLS] looks at itself
     assert score["cls", 0] == pytest.approx(1 / (L - 1))  # only "the" (position 1) looks at [CLS]
     assert score["sep", 2] == 1.0 and score["cls", 3] == 1.0
-    assert score["sep", 3] == 0.0 and score["next", 2] == pytest.approx(1 / (L - 1))  # "." before [SEP]
+    assert score["sep", 3] == 0.0 and score["next", 2] == pytest.approx(
+        1 / (L - 1)
+    )  # "." before [SEP]
     for pattern in PATTERNS:  # an evenly spread head scores exactly the chance level
         assert score[pattern, 1] == pytest.approx(chance[pattern])
     assert chance["previous"] == pytest.approx(1 / L) and chance["cls"] == pytest.approx(1 / L)
-    assert chance["punctuation"] == pytest.approx((9 * 2 + 2 * 1) / L / L)  # 2 targets, 1 for "," and "."
+    assert chance["punctuation"] == pytest.approx(
+        (9 * 2 + 2 * 1) / L / L
+    )  # 2 targets, 1 for "," and "."
     assert {r.queries for r in table if r.pattern == "same_word"} == {6}
 
 
@@ -111,21 +123,28 @@ def test_scores_equal_the_brute_force_loop_over_two_sentences():
     for row in table:
         queries_a = int(target_masks(TOKENS)[P[row.pattern]].any(-1).sum())
         queries_b = int(target_masks(other)[P[row.pattern]].any(-1).sum())
-        total = (brute_force(a[row.layer, row.head], TOKENS, row.pattern) * queries_a
-                 + brute_force(b[row.layer, row.head], other, row.pattern) * queries_b)
+        total = (
+            brute_force(a[row.layer, row.head], TOKENS, row.pattern) * queries_a
+            + brute_force(b[row.layer, row.head], other, row.pattern) * queries_b
+        )
         assert row.queries == queries_a + queries_b
         assert row.score == pytest.approx(total / (queries_a + queries_b), abs=1e-12)
 
 
-tokens_strategy = st.lists(st.sampled_from(["the", "cat", "##s", ",", ".", "run", "##ning", "?", "a"]),
-                           min_size=1, max_size=10).map(lambda ts: ["[CLS]", *ts, "[SEP]"])
+tokens_strategy = st.lists(
+    st.sampled_from(["the", "cat", "##s", ",", ".", "run", "##ning", "?", "a"]),
+    min_size=1,
+    max_size=10,
+).map(lambda ts: ["[CLS]", *ts, "[SEP]"])
 
 
 @settings(max_examples=30, deadline=None)
 @given(tokens=tokens_strategy, seed=st.integers(0, 2**16))
 def test_scores_are_masses_in_0_1_and_match_the_definition(tokens, seed):
     n = len(tokens)
-    weights = torch.softmax(3 * torch.randn(1, 2, n, n, generator=torch.Generator().manual_seed(seed)), dim=-1)
+    weights = torch.softmax(
+        3 * torch.randn(1, 2, n, n, generator=torch.Generator().manual_seed(seed)), dim=-1
+    )
     for row in head_pattern_scores([(weights, tokens, word_ids_from_tokens(tokens))]):
         expected = brute_force(weights[0, row.head], tokens, row.pattern)
         if math.isnan(expected):
@@ -136,9 +155,13 @@ def test_scores_are_masses_in_0_1_and_match_the_definition(tokens, seed):
 
 
 def test_top_heads_grid_and_summary():
-    weights = torch.stack([one_hot_rows([0] + list(range(L - 1))),  # head 0: previous
-                           torch.full((L, L), 1.0 / L, dtype=torch.float64),
-                           one_hot_rows([min(i + 1, L - 1) for i in range(L)])])  # head 2: next
+    weights = torch.stack(
+        [
+            one_hot_rows([0] + list(range(L - 1))),  # head 0: previous
+            torch.full((L, L), 1.0 / L, dtype=torch.float64),
+            one_hot_rows([min(i + 1, L - 1) for i in range(L)]),
+        ]
+    )  # head 2: next
     weights = torch.stack([weights, weights.flip(0)])  # layer 1 has the heads in reverse order
     table = head_pattern_scores([(weights, TOKENS, None)])
     top = top_heads(table, k=2)
@@ -176,8 +199,11 @@ def test_word_ids_from_tokens_agree_with_the_tokenizer():
     from mha_course.pretrained import model_directory
 
     tokenizer = Tokenizer.from_file(str(model_directory() / "tokenizer.json"))
-    for sentence in ["Unbelievably, the tokenizer's pieces don't lie!", "Crème brûlée à Zürich: 東京 — $5 🙂.",
-                     "embeddings embedding embedded"]:
+    for sentence in [
+        "Unbelievably, the tokenizer's pieces don't lie!",
+        "Crème brûlée à Zürich: 東京 — $5 🙂.",
+        "embeddings embedding embedded",
+    ]:
         encoding = tokenizer.encode(sentence)
         assert word_ids_from_tokens(encoding.tokens) == encoding.word_ids, sentence
 
@@ -205,8 +231,12 @@ def model():
 
 
 def test_measured_on_the_model_padding_and_batching_do_not_change_a_score(model):
-    sentences = ["Which do you like better, coffee or tea?", "Tea, please.",
-                 "I like coffee and I like tea; my friend likes neither!", "Why?"]
+    sentences = [
+        "Which do you like better, coffee or tea?",
+        "Tea, please.",
+        "I like coffee and I like tea; my friend likes neither!",
+        "Why?",
+    ]
     together = measure_head_patterns(model, sentences, batch_size=4)  # padded batch
     one_by_one = measure_head_patterns(model, sentences, batch_size=1)  # no padding at all
     assert len(together) == len(PATTERNS) * 6 * 12

@@ -43,6 +43,7 @@ def assert_same_grads(ours: nn.Module, theirs: nn.Module) -> None:
 
 # ---------------------------------------------------------------- LayerNorm
 
+
 @st.composite
 def layer_norm_setups(draw):
     normalized = tuple(draw(st.lists(st.integers(1, 6), min_size=1, max_size=2)))
@@ -98,7 +99,9 @@ def test_layer_norm_normalises_each_token_over_its_features():
     x = randn(4, 3, 8) * 5 + 7
     y = LayerNorm(8, dtype=f64)(x)
     torch.testing.assert_close(y.mean(-1), torch.zeros(4, 3, dtype=f64))
-    torch.testing.assert_close(y.var(-1, correction=0), torch.ones(4, 3, dtype=f64), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        y.var(-1, correction=0), torch.ones(4, 3, dtype=f64), atol=1e-4, rtol=0
+    )
     # each token on its own: the batch around it does not matter (unlike BatchNorm)
     torch.testing.assert_close(LayerNorm(8, dtype=f64)(x[1:2]), y[1:2])
 
@@ -113,16 +116,25 @@ def test_layer_norm_of_a_constant_token_is_its_bias_not_nan():
 
 def test_layer_norm_parameters_and_float32_match_torch():
     ours, theirs = LayerNorm(6), nn.LayerNorm(6)
-    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()] == ["weight", "bias"]
+    assert (
+        [n for n, _ in ours.named_parameters()]
+        == [n for n, _ in theirs.named_parameters()]
+        == ["weight", "bias"]
+    )
     torch.testing.assert_close(ours.weight, torch.ones(6))
     torch.testing.assert_close(ours.bias, torch.zeros(6))
     x = torch.randn(3, 5, 6) * 4 + 1
     torch.testing.assert_close(ours(x), theirs(x))
-    assert LayerNorm(6, bias=False).bias is None and LayerNorm(6, elementwise_affine=False).weight is None
+    assert (
+        LayerNorm(6, bias=False).bias is None
+        and LayerNorm(6, elementwise_affine=False).weight is None
+    )
 
 
 def test_layer_norm_bad_arguments():
-    with pytest.raises(ValueError, match=r"input of shape \(2, 5\) must end with normalized_shape \(6\)"):
+    with pytest.raises(
+        ValueError, match=r"input of shape \(2, 5\) must end with normalized_shape \(6\)"
+    ):
         LayerNorm(6)(torch.randn(2, 5))
     with pytest.raises(ValueError, match=r"must end with normalized_shape \(3, 4\)"):
         LayerNorm((3, 4))(torch.randn(2, 4, 3))
@@ -137,6 +149,7 @@ def test_layer_norm_bad_arguments():
 
 
 # ---------------------------------------------------------------- positional encoding
+
 
 @pytest.mark.parametrize("max_len, d_model", [(1, 2), (7, 4), (30, 16), (12, 7), (5, 1)])
 def test_positional_encoding_follows_the_formula(max_len, d_model):
@@ -214,6 +227,7 @@ def test_positional_encoding_module_bad_inputs():
 
 # ---------------------------------------------------------------- EncoderLayer
 
+
 def torch_layer(d_model=16, nhead=4, d_ff=24, *, seed=0, **kwargs):
     g = torch.Generator().manual_seed(seed)
     kwargs = {"dropout": 0.0, "batch_first": True, "dtype": f64, **kwargs}
@@ -261,12 +275,19 @@ def test_encoder_layer_matches_torch_fused_inference_path(norm_first):
     ours = EncoderLayer.from_torch(theirs)
     x, pad = randn(2, 5, 16), padding_mask([5, 3], 5)
     with torch.no_grad():
-        torch.testing.assert_close(ours(x, src_key_padding_mask=pad)[~pad], theirs(x, src_key_padding_mask=pad)[~pad])
+        torch.testing.assert_close(
+            ours(x, src_key_padding_mask=pad)[~pad], theirs(x, src_key_padding_mask=pad)[~pad]
+        )
 
 
 @quick
-@given(st.integers(1, 4), st.integers(1, 7), st.sampled_from([(8, 1), (8, 2), (12, 3), (6, 6)]),
-       st.booleans(), st.integers(0, 2**16))
+@given(
+    st.integers(1, 4),
+    st.integers(1, 7),
+    st.sampled_from([(8, 1), (8, 2), (12, 3), (6, 6)]),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
 def test_encoder_layer_property(B, L, shape, norm_first, seed):
     d_model, nhead = shape
     theirs = torch_layer(d_model, nhead, 10, seed=seed, norm_first=norm_first)
@@ -275,7 +296,9 @@ def test_encoder_layer_property(B, L, shape, norm_first, seed):
     x = randn(B, L, d_model, generator=g)
     lengths = torch.randint(1, L + 1, (B,), generator=g).tolist()
     pad = padding_mask(lengths, L)
-    torch.testing.assert_close(ours(x, src_key_padding_mask=pad)[~pad], theirs(x, src_key_padding_mask=pad)[~pad])
+    torch.testing.assert_close(
+        ours(x, src_key_padding_mask=pad)[~pad], theirs(x, src_key_padding_mask=pad)[~pad]
+    )
 
 
 def test_encoder_layer_layouts_and_is_causal():
@@ -286,7 +309,9 @@ def test_encoder_layer_layouts_and_is_causal():
     torch.testing.assert_close(ours(x), theirs(x))
     torch.testing.assert_close(ours(x[:, 0]), theirs(x[:, 0]))  # unbatched (L, E)
     causal = nn.Transformer.generate_square_subsequent_mask(5, dtype=f64)
-    torch.testing.assert_close(ours(x, src_mask=causal, is_causal=True), theirs(x, src_mask=causal, is_causal=True))
+    torch.testing.assert_close(
+        ours(x, src_mask=causal, is_causal=True), theirs(x, src_mask=causal, is_causal=True)
+    )
     # the package also builds the causal mask itself when only the hint is given
     torch.testing.assert_close(ours(x, is_causal=True), theirs(x, src_mask=causal))
 
@@ -307,41 +332,69 @@ def test_encoder_layer_has_torchs_parameters_and_state_dict():
     ours = EncoderLayer(16, 4, dim_feedforward=24, dropout=0.0)
     theirs = nn.TransformerEncoderLayer(16, 4, dim_feedforward=24, dropout=0.0, batch_first=True)
     assert isinstance(ours.self_attn, MultiHeadAttention) and isinstance(ours.norm1, LayerNorm)
-    assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in theirs.state_dict().items()}
+    assert {k: v.shape for k, v in ours.state_dict().items()} == {
+        k: v.shape for k, v in theirs.state_dict().items()
+    }
     theirs.load_state_dict(ours.state_dict())  # and back: interchangeable both ways
     x = torch.randn(2, 3, 16)
     torch.testing.assert_close(ours(x), theirs(x))
     assert EncoderLayer(16, 4).batch_first and EncoderLayer(16, 4).activation is F.relu
     no_bias = EncoderLayer(16, 4, 24, bias=False)
-    assert no_bias.linear1.bias is None and no_bias.norm1.bias is None and no_bias.self_attn.in_proj_bias is None
+    assert (
+        no_bias.linear1.bias is None
+        and no_bias.norm1.bias is None
+        and no_bias.self_attn.in_proj_bias is None
+    )
 
 
 def test_encoder_layer_from_torch_copies_configuration():
-    theirs = nn.TransformerEncoderLayer(8, 2, 12, dropout=0.2, activation=F.silu, layer_norm_eps=1e-3,
-                                        batch_first=True, norm_first=True, bias=False).eval()
+    theirs = nn.TransformerEncoderLayer(
+        8,
+        2,
+        12,
+        dropout=0.2,
+        activation=F.silu,
+        layer_norm_eps=1e-3,
+        batch_first=True,
+        norm_first=True,
+        bias=False,
+    ).eval()
     ours = EncoderLayer.from_torch(theirs)
     assert (ours.norm_first, ours.norm1.eps, ours.dropout.p, ours.activation, ours.training) == (
-        True, 1e-3, 0.2, F.silu, False)
+        True,
+        1e-3,
+        0.2,
+        F.silu,
+        False,
+    )
     assert ours.linear1.bias is None
     x = torch.randn(2, 4, 8)
     torch.testing.assert_close(ours(x), theirs(x))
-    gelu_tanh = nn.TransformerEncoderLayer(8, 2, 12, dropout=0.0, activation=nn.GELU("tanh"), batch_first=True)
+    gelu_tanh = nn.TransformerEncoderLayer(
+        8, 2, 12, dropout=0.0, activation=nn.GELU("tanh"), batch_first=True
+    )
     torch.testing.assert_close(EncoderLayer.from_torch(gelu_tanh)(x), gelu_tanh(x))
     with pytest.raises(TypeError, match="TransformerEncoderLayer"):
         EncoderLayer.from_torch(nn.Linear(2, 2))
 
 
 def test_encoder_layer_bad_arguments():
-    with pytest.raises(ValueError, match=r"d_model must be divisible by nhead.*d_model=10, nhead=4"):
+    with pytest.raises(
+        ValueError, match=r"d_model must be divisible by nhead.*d_model=10, nhead=4"
+    ):
         EncoderLayer(10, 4)
     with pytest.raises(ValueError, match=r"unknown activation 'swish'; use one of 'relu', 'gelu'"):
         EncoderLayer(8, 2, activation="swish")
     with pytest.raises(TypeError, match="activation"):
         EncoderLayer(8, 2, activation=3)
     layer = EncoderLayer(8, 2, 16)
-    with pytest.raises(ValueError, match=r"src has 6 features .*\(2, 3, 6\).* expected d_model = 8"):
+    with pytest.raises(
+        ValueError, match=r"src has 6 features .*\(2, 3, 6\).* expected d_model = 8"
+    ):
         layer(torch.randn(2, 3, 6))
-    with pytest.raises(ValueError, match=r"src_key_padding_mask has shape \(2, 4\), expected \(B, L\) = \(2, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"src_key_padding_mask has shape \(2, 4\), expected \(B, L\) = \(2, 3\)"
+    ):
         layer(torch.randn(2, 3, 8), src_key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"src_mask has shape \(3, 4\)"):
         layer(torch.randn(2, 3, 8), src_mask=torch.zeros(3, 4, dtype=torch.bool))
@@ -352,6 +405,7 @@ def test_encoder_layer_bad_arguments():
 
 
 # ---------------------------------------------------------------- Encoder
+
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_encoder_matches_torch_with_gradients(norm_first):
@@ -383,18 +437,27 @@ def test_encoder_matches_torch_in_eval_with_nested_tensors():
     ours = Encoder.from_torch(theirs)
     x, pad = randn(2, 5, 16), padding_mask([5, 2], 5)
     with torch.no_grad():
-        torch.testing.assert_close(ours(x, src_key_padding_mask=pad)[~pad], theirs(x, src_key_padding_mask=pad)[~pad])
+        torch.testing.assert_close(
+            ours(x, src_key_padding_mask=pad)[~pad], theirs(x, src_key_padding_mask=pad)[~pad]
+        )
 
 
 def test_encoder_stacks_independent_copies():
     layer = EncoderLayer(8, 2, 16, dropout=0.0)
     encoder = Encoder(layer, num_layers=4)
     assert len(encoder.layers) == encoder.num_layers == 4
-    assert len({id(each.linear1.weight) for each in encoder.layers} | {id(layer.linear1.weight)}) == 5
+    assert (
+        len({id(each.linear1.weight) for each in encoder.layers} | {id(layer.linear1.weight)}) == 5
+    )
     count = sum(p.numel() for p in encoder.parameters())
-    theirs = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 4,
-                                   enable_nested_tensor=False)
-    assert count == sum(p.numel() for p in theirs.parameters()) == 4 * sum(p.numel() for p in layer.parameters())
+    theirs = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 4, enable_nested_tensor=False
+    )
+    assert (
+        count
+        == sum(p.numel() for p in theirs.parameters())
+        == 4 * sum(p.numel() for p in layer.parameters())
+    )
     with pytest.raises(ValueError, match="num_layers"):
         Encoder(layer, 0)
 
@@ -407,8 +470,9 @@ def test_encoder_need_weights_returns_each_layers_weights():
     assert len(weights) == 3 and all(w.shape == (2, 2, 4, 4) for w in weights)
     # layer 2's weights are those of its own attention on layer 1's output
     hidden = encoder.layers[0](x, src_key_padding_mask=pad)
-    _, expected = encoder.layers[1].self_attn(hidden, hidden, hidden, key_padding_mask=pad,
-                                              average_attn_weights=False)
+    _, expected = encoder.layers[1].self_attn(
+        hidden, hidden, hidden, key_padding_mask=pad, average_attn_weights=False
+    )
     torch.testing.assert_close(weights[1], expected)
 
 
@@ -421,20 +485,31 @@ def test_encoder_detects_a_causal_mask():
     assert _is_causal_mask(float_causal, x, layer) and _is_causal_mask(bool_causal, x, layer)
     assert not _is_causal_mask(~bool_causal, x, layer) and not _is_causal_mask(None, x, layer)
     assert not _is_causal_mask(torch.zeros(5, 5, dtype=f64), x, layer)
-    torch.testing.assert_close(encoder(x, mask=float_causal), encoder(x, mask=float_causal, is_causal=False))
+    torch.testing.assert_close(
+        encoder(x, mask=float_causal), encoder(x, mask=float_causal, is_causal=False)
+    )
     # causal: a token's output does not depend on later tokens
     changed = x.clone()
     changed[:, 3:] = randn(2, 2, 8)
-    torch.testing.assert_close(encoder(changed, mask=bool_causal)[:, :3], encoder(x, mask=bool_causal)[:, :3])
+    torch.testing.assert_close(
+        encoder(changed, mask=bool_causal)[:, :3], encoder(x, mask=bool_causal)[:, :3]
+    )
 
 
 @quick
-@given(st.lists(st.integers(1, 6), min_size=1, max_size=4), st.integers(0, 3), st.booleans(), st.integers(0, 2**16))
+@given(
+    st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    st.integers(0, 3),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
 def test_padding_does_not_change_the_real_tokens(lengths, extra, norm_first, seed):
     """Each sentence alone, unpadded, gives the same outputs as inside a padded batch."""
     torch.manual_seed(seed)
     layer = EncoderLayer(8, 2, 16, dropout=0.0, norm_first=norm_first, dtype=f64)
-    encoder = Encoder(layer, num_layers=2, norm=LayerNorm(8, dtype=f64) if norm_first else None).eval()
+    encoder = Encoder(
+        layer, num_layers=2, norm=LayerNorm(8, dtype=f64) if norm_first else None
+    ).eval()
     L = max(lengths) + extra
     g = torch.Generator().manual_seed(seed)
     batch = randn(len(lengths), L, 8, generator=g) * 10  # the padding is junk, on purpose

@@ -33,12 +33,16 @@ def test_load_your_work_uses_yours_when_it_passes(tmp_path, capsys):
 
 def test_load_your_work_falls_back_when_yours_is_wrong_or_broken(tmp_path, capsys):
     save_exercise_cell(WRONG_SOFTMAX, tmp_path)
-    (tmp_path / "scaled_dot_product_attention.py").write_text("# exercise: scaled_dot_product_attention\n1/0\n")
+    (tmp_path / "scaled_dot_product_attention.py").write_text(
+        "# exercise: scaled_dot_product_attention\n1/0\n"
+    )
     work = load_your_work(tmp_path)
     assert work.softmax is reference.softmax
     assert work.scaled_dot_product_attention is reference.scaled_dot_product_attention
     out = capsys.readouterr().out
-    assert "fails its check (ExerciseFailure)" in out and "fails its check (ZeroDivisionError)" in out
+    assert (
+        "fails its check (ExerciseFailure)" in out and "fails its check (ZeroDivisionError)" in out
+    )
 
 
 def test_yours_or_reference(capsys):
@@ -48,9 +52,15 @@ def test_yours_or_reference(capsys):
     def wrong(scores):
         return scores
 
-    assert checks.yours_or_reference(checks.check_softmax, skeleton, reference.softmax) is reference.softmax
+    assert (
+        checks.yours_or_reference(checks.check_softmax, skeleton, reference.softmax)
+        is reference.softmax
+    )
     assert "not done yet" in capsys.readouterr().out
-    assert checks.yours_or_reference(checks.check_softmax, wrong, reference.softmax) is reference.softmax
+    assert (
+        checks.yours_or_reference(checks.check_softmax, wrong, reference.softmax)
+        is reference.softmax
+    )
     assert "does not pass check_softmax" in capsys.readouterr().out
 
     def right(scores):

@@ -37,13 +37,17 @@ def test_notebook_hygiene(path):
     assert nb.metadata["kernelspec"]["name"] == "python3"
     assert "widgets" not in nb.metadata, "saved widget state: strip it"
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert code[0].source == authoring.setup_cell_source(), "the first code cell must be the shared set-up cell"
+    assert code[0].source == authoring.setup_cell_source(), (
+        "the first code cell must be the shared set-up cell"
+    )
     for cell in code:
         assert cell.execution_count is not None, f"not executed: {cell.source[:60]!r}"
         for output in cell.outputs:
             assert output.output_type != "error", f"error saved in {cell.source[:60]!r}"
             if output.output_type == "stream":
-                assert output.name == "stdout", f"stderr saved in {cell.source[:60]!r}: {output.text[:200]!r}"
+                assert output.name == "stdout", (
+                    f"stderr saved in {cell.source[:60]!r}: {output.text[:200]!r}"
+                )
 
 
 @pytest.mark.parametrize("path", authoring.solution_paths(), ids=lambda p: p.name)
@@ -51,12 +55,16 @@ def test_exercise_version_has_skeletons_and_hints(path):
     solution = nbformat.read(path, as_version=4)
     exercise = nbformat.read(authoring.exercise_path(path), as_version=4)
     n_blocks = sum(c.source.count(authoring.BEGIN) for c in solution.cells if c.cell_type == "code")
-    n_todo = sum(c.source.count("raise NotImplementedError") for c in exercise.cells if c.cell_type == "code")
+    n_todo = sum(
+        c.source.count("raise NotImplementedError") for c in exercise.cells if c.cell_type == "code"
+    )
     assert n_todo == n_blocks
     assert not any(authoring.BEGIN in c.source for c in exercise.cells)
     for cell in solution.cells:
         if cell.cell_type == "code" and authoring.BEGIN in cell.source:
-            assert cell.source.lstrip().startswith("# exercise: "), "an exercise cell starts with its marker"
+            assert cell.source.lstrip().startswith("# exercise: "), (
+                "an exercise cell starts with its marker"
+            )
     if n_blocks:
         markdown = "\n".join(c.source for c in exercise.cells if c.cell_type == "markdown")
         assert "<details><summary><b>Hint" in markdown, "every exercise needs at least one hint"
@@ -69,12 +77,14 @@ def test_every_registered_exercise_has_a_cell_and_a_hint():
         for i, cell in enumerate(nb.cells):
             match = re.match(r"# exercise: (\w+)", cell.source)
             if cell.cell_type == "code" and match:
-                following = "\n".join(c.source for c in nb.cells[i + 1: i + 3])
+                following = "\n".join(c.source for c in nb.cells[i + 1 : i + 3])
                 cells[match.group(1)] = (path.name, following)
     for exercise in EXERCISES:
         assert exercise.name in cells, f"no '# exercise: {exercise.name}' cell in any notebook"
         notebook, following = cells[exercise.name]
-        assert notebook.startswith(exercise.lesson), f"{exercise.name} is registered for lesson {exercise.lesson}"
+        assert notebook.startswith(exercise.lesson), (
+            f"{exercise.name} is registered for lesson {exercise.lesson}"
+        )
         assert "Hint" in following, f"{exercise.name}: put a hint right after the exercise cell"
 
 
@@ -85,8 +95,14 @@ def test_exercise_source_keeps_comments_and_drops_code():
     )
 
 
-@pytest.mark.parametrize("source", ["# BEGIN SOLUTION\nx = 1\n", "x = 1\n# END SOLUTION\n",
-                                    "# BEGIN SOLUTION\n# BEGIN SOLUTION\n# END SOLUTION\n"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "# BEGIN SOLUTION\nx = 1\n",
+        "x = 1\n# END SOLUTION\n",
+        "# BEGIN SOLUTION\n# BEGIN SOLUTION\n# END SOLUTION\n",
+    ],
+)
 def test_unbalanced_markers_are_an_error(source):
     with pytest.raises(ValueError):
         authoring.exercise_source(source)
@@ -131,5 +147,7 @@ def test_no_notebook_links_to_a_missing_file():
             for target in re.findall(r"\]\(([^)\s]+)\)", cell.source):
                 if target.startswith(("http://", "https://", "#", "mailto:")):
                     continue
-                assert (path.parent / target.split("#")[0]).exists(), f"{path.name}: broken link {target}"
+                assert (path.parent / target.split("#")[0]).exists(), (
+                    f"{path.name}: broken link {target}"
+                )
             assert "attachment:" not in cell.source, "draw figures with mha_course.diagrams instead"

@@ -74,6 +74,7 @@ def real(mask):
 
 # ---------------------------------------------------------------- tokenizer
 
+
 def test_token_ids_equal_the_reference_tokenizer(model, directory, batch):
     from transformers import AutoTokenizer
 
@@ -92,6 +93,7 @@ def test_token_ids_equal_the_reference_tokenizer(model, directory, batch):
 
 # ---------------------------------------------------------------- the model against BertModel
 
+
 def test_hidden_states_and_attentions_match_bert(ours, bert, batch):
     eager, _ = bert
     with torch.no_grad():
@@ -101,7 +103,9 @@ def test_hidden_states_and_attentions_match_bert(ours, bert, batch):
     assert diff <= TOL, f"hidden states differ by {diff:.2e}"
     assert len(ours.attentions) == len(theirs.attentions) == 6
     B, L = batch["input_ids"].shape
-    both_real = mask[:, None, :, None] & mask[:, None, None, :]  # (B, 1, L, L): real query, real key
+    both_real = (
+        mask[:, None, :, None] & mask[:, None, None, :]
+    )  # (B, 1, L, L): real query, real key
     for layer, (w, w_ref) in enumerate(zip(ours.attentions, theirs.attentions)):
         assert w.shape == (B, 12, L, L)
         diff = (w - w_ref).masked_select(both_real).abs().max()
@@ -126,17 +130,26 @@ def test_padding_does_not_change_the_real_tokens(model, ours):
         for b in (1, 2):  # a long and the shortest sentence of the batch
             alone = model(**model.tokenize([SENTENCES[b]]), output_attentions=True)
             L = alone.last_hidden_state.size(1)
-            torch.testing.assert_close(ours.last_hidden_state[b, :L], alone.last_hidden_state[0], atol=1e-5, rtol=0)
+            torch.testing.assert_close(
+                ours.last_hidden_state[b, :L], alone.last_hidden_state[0], atol=1e-5, rtol=0
+            )
             for layer in (0, 5):
-                torch.testing.assert_close(ours.attentions[layer][b, :, :L, :L], alone.attentions[layer][0],
-                                           atol=1e-5, rtol=0)
+                torch.testing.assert_close(
+                    ours.attentions[layer][b, :, :L, :L],
+                    alone.attentions[layer][0],
+                    atol=1e-5,
+                    rtol=0,
+                )
 
 
 def test_the_forward_without_weights_runs_the_fused_kernel(model):
     batch = model.tokenize(["Coffee or tea?", "Tea."])  # padded: the mask goes to the kernel too
 
     def ops(**kwargs):
-        with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with (
+            torch.no_grad(),
+            torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof,
+        ):
             model(**batch, **kwargs)
         return [event.name for event in prof.events()]
 
@@ -144,7 +157,9 @@ def test_the_forward_without_weights_runs_the_fused_kernel(model):
     assert fused.count("aten::scaled_dot_product_attention") == 6  # one per layer
     assert "aten::_scaled_dot_product_attention_math" not in fused  # not the unfused fallback
     with_weights = ops(output_attentions=True)
-    assert "aten::scaled_dot_product_attention" not in with_weights  # weights need the explicit path
+    assert (
+        "aten::scaled_dot_product_attention" not in with_weights
+    )  # weights need the explicit path
 
 
 def test_sentence_embeddings_match_sentence_transformers(model, directory):
@@ -160,16 +175,20 @@ def test_sentence_embeddings_match_sentence_transformers(model, directory):
     assert diff <= TOL, f"embeddings differ by {diff:.2e}"
     torch.testing.assert_close(ours.norm(dim=1), torch.ones(len(sentences)))
     # the batch size and the order do not change an embedding
-    torch.testing.assert_close(model.encode(SENTENCES[2::-1], batch_size=1), ours[:3].flip(0), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        model.encode(SENTENCES[2::-1], batch_size=1), ours[:3].flip(0), atol=1e-5, rtol=0
+    )
 
 
 # ---------------------------------------------------------------- the weight map
 
+
 def test_weight_map_fills_every_parameter_once_and_uses_every_layer_tensor(model, directory):
     rows = weight_map(6)
     checkpoint = load_checkpoint(directory)
-    assert {r.checkpoint for r in rows} == {k for k in checkpoint if not k.startswith("pooler.")} - {
-        "embeddings.position_ids"}
+    assert {r.checkpoint for r in rows} == {
+        k for k in checkpoint if not k.startswith("pooler.")
+    } - {"embeddings.position_ids"}
     assert len({r.checkpoint for r in rows}) == len(rows)  # no tensor used twice
     parts: dict[str, list[str]] = {}
     for r in rows:
@@ -182,7 +201,7 @@ def test_weight_map_fills_every_parameter_once_and_uses_every_layer_tensor(model
         target = params[r.parameter]
         if r.how != "copy":
             E = target.size(0) // 3
-            target = target["qkv".index(r.how) * E:("qkv".index(r.how) + 1) * E]
+            target = target["qkv".index(r.how) * E : ("qkv".index(r.how) + 1) * E]
         assert torch.equal(target.detach(), checkpoint[r.checkpoint]), r
 
 
@@ -191,8 +210,9 @@ def test_load_layer_fills_torch_own_encoder_layer_to_match_bert_layer(directory,
     computes BERT's layer."""
     eager, _ = bert
     checkpoint = load_checkpoint(directory)
-    layer = nn.TransformerEncoderLayer(384, 12, 1536, dropout=0.0, activation="gelu",
-                                       layer_norm_eps=1e-12, batch_first=True).eval()
+    layer = nn.TransformerEncoderLayer(
+        384, 12, 1536, dropout=0.0, activation="gelu", layer_norm_eps=1e-12, batch_first=True
+    ).eval()
     load_layer(layer, checkpoint, 2)
     x = torch.randn(2, 7, 384, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -220,6 +240,7 @@ def test_copy_weights_refuses_a_map_that_leaves_a_parameter_unfilled(directory):
 
 
 # ---------------------------------------------------------------- where the model comes from
+
 
 def test_without_the_package_the_hub_is_used(monkeypatch, directory):
     import huggingface_hub
@@ -256,6 +277,7 @@ def test_offline_without_the_package_says_how_to_install_it(monkeypatch):
 
 # ---------------------------------------------------------------- clear errors
 
+
 def test_bad_inputs_raise_clear_errors(model):
     ids = model.tokenize(["coffee or tea"])["input_ids"]
     with pytest.raises(ValueError, match="integer tensor"):
@@ -280,22 +302,36 @@ def test_bad_inputs_raise_clear_errors(model):
 
 # ---------------------------------------------------------------- the lesson-05 exercise checker
 
+
 def _separate(layer, weights, i):
     """A correct answer for the lesson-04 layout (q_proj, k_proj, v_proj)."""
     prefix = f"encoder.layer.{i}."
-    places = {"attention.self.query": layer.self_attn.q_proj, "attention.self.key": layer.self_attn.k_proj,
-              "attention.self.value": layer.self_attn.v_proj, "attention.output.dense": layer.self_attn.out_proj,
-              "attention.output.LayerNorm": layer.norm1, "intermediate.dense": layer.linear1,
-              "output.dense": layer.linear2, "output.LayerNorm": layer.norm2}
+    places = {
+        "attention.self.query": layer.self_attn.q_proj,
+        "attention.self.key": layer.self_attn.k_proj,
+        "attention.self.value": layer.self_attn.v_proj,
+        "attention.output.dense": layer.self_attn.out_proj,
+        "attention.output.LayerNorm": layer.norm1,
+        "intermediate.dense": layer.linear1,
+        "output.dense": layer.linear2,
+        "output.LayerNorm": layer.norm2,
+    }
     with torch.no_grad():
         for name, module in places.items():
             module.weight.copy_(weights[f"{prefix}{name}.weight"])
             module.bias.copy_(weights[f"{prefix}{name}.bias"])
 
 
-def _packed(order=("query", "key", "value"), norm1="attention.output.LayerNorm", norm2="output.LayerNorm",
-            linear1="intermediate.dense", transpose_out=False, layer_index=None):
+def _packed(
+    order=("query", "key", "value"),
+    norm1="attention.output.LayerNorm",
+    norm2="output.LayerNorm",
+    linear1="intermediate.dense",
+    transpose_out=False,
+    layer_index=None,
+):
     """A packed-layout answer, correct by default, with one classic mistake switched on."""
+
     def load(layer, weights, i):
         p = f"encoder.layer.{i if layer_index is None else layer_index}."
         with torch.no_grad():
@@ -311,41 +347,85 @@ def _packed(order=("query", "key", "value"), norm1="attention.output.LayerNorm",
             # assigning new Parameters: a different style, and it lets a swapped shape through
             layer.linear1.weight = nn.Parameter(weights[f"{p}{linear1}.weight"])
             layer.linear1.bias = nn.Parameter(weights[f"{p}{linear1}.bias"])
+
     return load
 
 
 def _state_dict(layer, weights, i):
     p = f"encoder.layer.{i}."
-    state = {f"self_attn.in_proj_{x}": torch.cat([weights[f"{p}attention.self.{n}.{x}"] for n in ("query", "key", "value")])
-             for x in ("weight", "bias")}
-    for theirs, ours in [("attention.output.dense", "self_attn.out_proj"), ("attention.output.LayerNorm", "norm1"),
-                         ("intermediate.dense", "linear1"), ("output.dense", "linear2"), ("output.LayerNorm", "norm2")]:
+    state = {
+        f"self_attn.in_proj_{x}": torch.cat(
+            [weights[f"{p}attention.self.{n}.{x}"] for n in ("query", "key", "value")]
+        )
+        for x in ("weight", "bias")
+    }
+    for theirs, ours in [
+        ("attention.output.dense", "self_attn.out_proj"),
+        ("attention.output.LayerNorm", "norm1"),
+        ("intermediate.dense", "linear1"),
+        ("output.dense", "linear2"),
+        ("output.LayerNorm", "norm2"),
+    ]:
         for x in ("weight", "bias"):
             state[f"{ours}.{x}"] = weights[f"{p}{theirs}.{x}"]
     layer.load_state_dict(state)
 
 
-@pytest.mark.parametrize("candidate", [reference.load_layer, _separate, _packed(), _state_dict],
-                         ids=["reference", "separate q_proj k_proj v_proj", "packed copy_ and Parameter", "load_state_dict"])
+@pytest.mark.parametrize(
+    "candidate",
+    [reference.load_layer, _separate, _packed(), _state_dict],
+    ids=[
+        "reference",
+        "separate q_proj k_proj v_proj",
+        "packed copy_ and Parameter",
+        "load_state_dict",
+    ],
+)
 def test_checker_accepts_correct_answers_in_either_layout(candidate, capsys):
     check_load_layer(candidate)
     assert "✅ load_layer: all 3 cases" in capsys.readouterr().out
     assert check_load_layer.passes(candidate)
 
 
-@pytest.mark.parametrize("candidate, expected", [
-    (_packed(order=("key", "query", "value")),
-     ["'layer 0'", "self_attn.in_proj_weight", "rows [0:384] expected attention.self.query.weight, yours "
-      "encoder.layer.0.attention.self.key.weight", "stacked in the wrong order"]),
-    (_packed(norm1="output.LayerNorm", norm2="attention.output.LayerNorm"),
-     ["norm1.weight", "yours    encoder.layer.0.output.LayerNorm.weight", "LayerNorms are swapped"]),
-    (_packed(linear1="output.dense"),
-     ["linear1.weight has shape (384, 1536), expected (1536, 384)", "intermediate.dense is the feed-forward's first"]),
-    (_packed(transpose_out=True),
-     ["self_attn.out_proj.weight", "attention.output.dense.weight transposed", "without .T"]),
-    (_packed(layer_index=0),
-     ["'layer 3'", "this is layer 0's tensor, but you were asked for layer 3"]),
-], ids=["q k v order", "norms swapped", "dense swapped", "transposed", "always layer 0"])
+@pytest.mark.parametrize(
+    "candidate, expected",
+    [
+        (
+            _packed(order=("key", "query", "value")),
+            [
+                "'layer 0'",
+                "self_attn.in_proj_weight",
+                "rows [0:384] expected attention.self.query.weight, yours "
+                "encoder.layer.0.attention.self.key.weight",
+                "stacked in the wrong order",
+            ],
+        ),
+        (
+            _packed(norm1="output.LayerNorm", norm2="attention.output.LayerNorm"),
+            [
+                "norm1.weight",
+                "yours    encoder.layer.0.output.LayerNorm.weight",
+                "LayerNorms are swapped",
+            ],
+        ),
+        (
+            _packed(linear1="output.dense"),
+            [
+                "linear1.weight has shape (384, 1536), expected (1536, 384)",
+                "intermediate.dense is the feed-forward's first",
+            ],
+        ),
+        (
+            _packed(transpose_out=True),
+            ["self_attn.out_proj.weight", "attention.output.dense.weight transposed", "without .T"],
+        ),
+        (
+            _packed(layer_index=0),
+            ["'layer 3'", "this is layer 0's tensor, but you were asked for layer 3"],
+        ),
+    ],
+    ids=["q k v order", "norms swapped", "dense swapped", "transposed", "always layer 0"],
+)
 def test_checker_names_the_first_wrong_parameter_and_the_classic_mistake(candidate, expected):
     with pytest.raises(ExerciseFailure) as info:
         check_load_layer(candidate)
@@ -362,7 +442,9 @@ def test_checker_on_unfilled_crashing_and_unsolved_answers(capsys):
     def swapped_q_k(layer, weights, i):
         _separate(layer, weights, i)
         with torch.no_grad():
-            layer.self_attn.q_proj.weight.copy_(weights[f"encoder.layer.{i}.attention.self.key.weight"])
+            layer.self_attn.q_proj.weight.copy_(
+                weights[f"encoder.layer.{i}.attention.self.key.weight"]
+            )
 
     def no_grad_missing(layer, weights, i):
         layer.self_attn.in_proj_weight.copy_(torch.zeros(1152, 384))

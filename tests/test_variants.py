@@ -16,7 +16,9 @@ ALL = list(VARIANTS.items())
 def torch_mha(E, H, kdim=None, vdim=None, bias=True, seed=0):
     """A torch module with torch's own initialisation and random (nonzero) biases."""
     torch.manual_seed(seed)
-    module = torch.nn.MultiheadAttention(E, H, bias=bias, kdim=kdim, vdim=vdim, batch_first=True, dtype=DT)
+    module = torch.nn.MultiheadAttention(
+        E, H, bias=bias, kdim=kdim, vdim=vdim, batch_first=True, dtype=DT
+    )
     if bias:
         with torch.no_grad():
             module.in_proj_bias.uniform_(-0.5, 0.5)
@@ -52,8 +54,15 @@ def torch_reference(module, q, k, v, may_attend=None, key_padding=None):
             blocked = blocked.flatten(0, 1)
         attn_mask = blocked
     kpm = None if key_padding is None else ~key_padding
-    return module(q, k, v, attn_mask=attn_mask, key_padding_mask=kpm, need_weights=True,
-                  average_attn_weights=False)
+    return module(
+        q,
+        k,
+        v,
+        attn_mask=attn_mask,
+        key_padding_mask=kpm,
+        need_weights=True,
+        average_attn_weights=False,
+    )
 
 
 def assert_matches(name, variant, module, q, k, v, our_mask=None, **torch_masks):
@@ -62,7 +71,9 @@ def assert_matches(name, variant, module, q, k, v, our_mask=None, **torch_masks)
     out, weights = variant(q, k, v, params, attn_mask=our_mask)
     torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10, msg=f"{name}: output")
     if weights is not None:
-        torch.testing.assert_close(weights, expected_weights, atol=1e-12, rtol=1e-10, msg=f"{name}: weights")
+        torch.testing.assert_close(
+            weights, expected_weights, atol=1e-12, rtol=1e-10, msg=f"{name}: weights"
+        )
     else:
         assert name == "sdpa"  # only the fused kernel keeps its weights to itself
 
@@ -96,7 +107,14 @@ def test_key_padding_as_a_broadcast_mask_equals_torch_key_padding_mask(name, var
     lengths = torch.tensor([6, 3, 1])
     keep = torch.arange(S)[None, :] < lengths[:, None]  # (B, S), True = a real token
     module = torch_mha(E, H)
-    assert_matches(name, variant, module, *inputs(B, L, S, E), our_mask=keep[:, None, None, :], key_padding=keep)
+    assert_matches(
+        name,
+        variant,
+        module,
+        *inputs(B, L, S, E),
+        our_mask=keep[:, None, None, :],
+        key_padding=keep,
+    )
 
 
 @pytest.mark.parametrize("name, variant", ALL)
@@ -130,12 +148,22 @@ def test_gradients_equal_torch(name, variant):
     expected_grads = torch.autograd.grad(expected, leaves, upstream)
     out, _ = variant(q, k, v, MHAParams.from_module(module), attn_mask=mask)
     grads = torch.autograd.grad(out, leaves, upstream)
-    for (pname, _), g, e in zip([("query", 0), ("key", 0), ("value", 0), *module.named_parameters()], grads, expected_grads):
+    for (pname, _), g, e in zip(
+        [("query", 0), ("key", 0), ("value", 0), *module.named_parameters()], grads, expected_grads
+    ):
         torch.testing.assert_close(g, e, atol=1e-10, rtol=1e-9, msg=f"{name}: gradient of {pname}")
 
 
-@given(B=st.integers(1, 3), L=st.integers(1, 6), S=st.integers(1, 6), H=st.sampled_from([1, 2, 4]),
-       D=st.integers(1, 4), kdim=st.sampled_from([None, 3]), masked=st.booleans(), seed=st.integers(0, 99))
+@given(
+    B=st.integers(1, 3),
+    L=st.integers(1, 6),
+    S=st.integers(1, 6),
+    H=st.sampled_from([1, 2, 4]),
+    D=st.integers(1, 4),
+    kdim=st.sampled_from([None, 3]),
+    masked=st.booleans(),
+    seed=st.integers(0, 99),
+)
 @settings(max_examples=30, deadline=None)
 def test_property_all_styles_equal_torch(B, L, S, H, D, kdim, masked, seed):
     E = H * D
@@ -167,7 +195,9 @@ def test_params_to_torch_and_back_are_the_same_weights():
     for a, b in zip(params.tensors(), again.tensors()):
         assert torch.equal(a, b)
     q, k, v = inputs(2, 3, 4, 12, kdim=5, vdim=7)
-    torch.testing.assert_close(mha_loop(q, k, v, params)[0], params.to_torch()(q, k, v)[0], atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(
+        mha_loop(q, k, v, params)[0], params.to_torch()(q, k, v)[0], atol=1e-12, rtol=1e-12
+    )
 
 
 def test_head_slices_are_the_dli_per_head_matrices():
@@ -178,7 +208,7 @@ def test_head_slices_are_the_dli_per_head_matrices():
     assert params.W_Q.shape == (8, 8) and D == 2
     W_Q_torch = module.in_proj_weight[:8]  # (E_out, E_in), rows = output features
     for i in range(4):
-        assert torch.equal(params.W_Q[:, i * D:(i + 1) * D], W_Q_torch[i * D:(i + 1) * D].T)
+        assert torch.equal(params.W_Q[:, i * D : (i + 1) * D], W_Q_torch[i * D : (i + 1) * D].T)
 
 
 def test_from_module_reads_the_package_multi_head_attention():
@@ -188,7 +218,9 @@ def test_from_module_reads_the_package_multi_head_attention():
     for x, y in zip(a.tensors(), b.tensors()):
         assert torch.equal(x, y)
     q, k, v = inputs(2, 3, 5, 12, kdim=4, vdim=6)
-    torch.testing.assert_close(mha_einops(q, k, v, b)[0], ours(q, k, v, need_weights=False)[0], atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(
+        mha_einops(q, k, v, b)[0], ours(q, k, v, need_weights=False)[0], atol=1e-10, rtol=1e-10
+    )
 
 
 def test_float32_and_float64_agree():
@@ -214,7 +246,10 @@ def test_bad_arguments_raise_clear_errors(name, variant):
         variant(q.float(), k, v, params)
     with pytest.raises(ValueError, match="attn_mask must be a bool tensor"):
         variant(q, k, v, params, attn_mask=torch.ones(3, 4, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"attn_mask of shape \(3, 5\) does not fit the scores: expected \(L, S\) = \(3, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"attn_mask of shape \(3, 5\) does not fit the scores: expected \(L, S\) = \(3, 4\)",
+    ):
         variant(q, k, v, params, attn_mask=torch.ones(3, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match="params must be an MHAParams"):
         variant(q, k, v, torch_mha(8, 2))

@@ -39,6 +39,8 @@ def yours_or_reference(check, yours, reference):
     if passed:
         print(f"Using your {name} (it passes check_{name}).")
         return yours
-    print(f"Your {name} {problem}, so the cells below use the course's reference "
-          f"(mha_course.reference). Finish the exercise and re-run this cell to use yours.")
+    print(
+        f"Your {name} {problem}, so the cells below use the course's reference "
+        f"(mha_course.reference). Finish the exercise and re-run this cell to use yours."
+    )
     return reference

@@ -95,7 +95,9 @@ def call_candidate(candidate: Callable, case: str, *args, crash_hint: str = "", 
     except NotImplementedError:
         raise NotDoneYet() from None
     except Exception as error:  # the learner's bug: report it with the case that triggered it
-        inputs = ", ".join([_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()])
+        inputs = ", ".join(
+            [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()]
+        )
         hint = crash_hint or "a shape mix-up; print the shapes inside your code, step by step."
         raise ExerciseFailure(
             f"Case {case!r}: your code raised {type(error).__name__}: {error}\n"
@@ -113,7 +115,9 @@ def _describe(x) -> str:
 def require_shape(case: str, what: str, got, expected: Sequence[int], hint: str = "") -> None:
     """Fail with a clear message unless ``got`` is a tensor of shape ``expected``."""
     if not isinstance(got, torch.Tensor):
-        raise ExerciseFailure(f"Case {case!r}: {what} should be a torch.Tensor, got {type(got).__name__}.")
+        raise ExerciseFailure(
+            f"Case {case!r}: {what} should be a torch.Tensor, got {type(got).__name__}."
+        )
     if tuple(got.shape) != tuple(expected):
         raise ExerciseFailure(
             f"Case {case!r}: {what} has shape {shape_str(got.shape)}, expected {shape_str(expected)}."
@@ -121,14 +125,18 @@ def require_shape(case: str, what: str, got, expected: Sequence[int], hint: str 
         )
 
 
-def _close(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, equal_nan: bool = False) -> bool:
+def _close(
+    got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, equal_nan: bool = False
+) -> bool:
     if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
         return False
     got, expected = got.detach().double().cpu(), expected.detach().double().cpu()
     return bool(torch.allclose(got, expected, atol=atol, rtol=rtol, equal_nan=equal_nan))
 
 
-def diagnose(mistakes: Sequence[Mistake], got: torch.Tensor, pick: Callable, *args, atol=1e-4, rtol=1e-3) -> str | None:
+def diagnose(
+    mistakes: Sequence[Mistake], got: torch.Tensor, pick: Callable, *args, atol=1e-4, rtol=1e-3
+) -> str | None:
     """The explanation of the first classic mistake whose result matches the candidate's, if any.
 
     ``pick`` selects the compared tensor from a mistake's result (e.g. the weights of a tuple).

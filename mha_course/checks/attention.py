@@ -23,14 +23,26 @@ __all__ = ["check_softmax", "check_scaled_dot_product_attention"]
 # ---------------------------------------------------------------- softmax (lesson 00)
 
 _SOFTMAX_MISTAKES = [
-    Mistake("wrong axis", lambda s: torch.softmax(s, dim=0),
-            "you normalised over the first axis; softmax goes over the last one (dim=-1), so each row sums to 1."),
-    Mistake("not normalised", lambda s: s.exp(),
-            "you took exp but did not divide by the row's sum: weights = e / e.sum(dim=-1, keepdim=True)."),
-    Mistake("sum over everything", lambda s: s.exp() / s.exp().sum(),
-            "you divided by the sum of the whole tensor; divide by each row's sum: .sum(dim=-1, keepdim=True)."),
-    Mistake("no keepdim", lambda s: s.exp() / s.exp().sum(dim=-1),
-            "the row sums need keepdim=True, otherwise they broadcast against the columns instead of the rows."),
+    Mistake(
+        "wrong axis",
+        lambda s: torch.softmax(s, dim=0),
+        "you normalised over the first axis; softmax goes over the last one (dim=-1), so each row sums to 1.",
+    ),
+    Mistake(
+        "not normalised",
+        lambda s: s.exp(),
+        "you took exp but did not divide by the row's sum: weights = e / e.sum(dim=-1, keepdim=True).",
+    ),
+    Mistake(
+        "sum over everything",
+        lambda s: s.exp() / s.exp().sum(),
+        "you divided by the sum of the whole tensor; divide by each row's sum: .sum(dim=-1, keepdim=True).",
+    ),
+    Mistake(
+        "no keepdim",
+        lambda s: s.exp() / s.exp().sum(dim=-1),
+        "the row sums need keepdim=True, otherwise they broadcast against the columns instead of the rows.",
+    ),
 ]
 
 
@@ -40,7 +52,10 @@ def _softmax_cases():
     yield "a (3, 4) matrix: one softmax per row", torch.randn(3, 4, generator=g)
     yield "a batch (2, 3, 4)", torch.randn(2, 3, 4, generator=g)
     yield "huge scores (up to 1000)", torch.tensor([[1000.0, 999.0, 0.0], [-5.0, 0.0, 5.0]])
-    yield "-inf scores (masked keys) get weight 0", torch.tensor([[0.5, float("-inf"), 1.0, float("-inf")]])
+    yield (
+        "-inf scores (masked keys) get weight 0",
+        torch.tensor([[0.5, float("-inf"), 1.0, float("-inf")]]),
+    )
 
 
 @checker("softmax", "Replace `raise NotImplementedError` with your softmax over the last axis.")
@@ -50,18 +65,26 @@ def check_softmax(candidate) -> int:
     for case, scores in _softmax_cases():
         got = call_candidate(candidate, case, scores.clone())
         expected = torch.softmax(scores.double(), dim=-1)
-        require_shape(case, "the result", got, expected.shape,
-                      "softmax keeps the shape of the scores; did you sum without keepdim=True?")
+        require_shape(
+            case,
+            "the result",
+            got,
+            expected.shape,
+            "softmax keeps the shape of the scores; did you sum without keepdim=True?",
+        )
         cause = diagnose(_SOFTMAX_MISTAKES, got, lambda r: r, scores.double())
         if cause is None and torch.isnan(got).any():
-            cause = ("exp overflowed to inf and inf/inf gave NaN: subtract each row's max before exp "
-                     "(softmax(x) = softmax(x - max(x))), or use torch.softmax.")
+            cause = (
+                "exp overflowed to inf and inf/inf gave NaN: subtract each row's max before exp "
+                "(softmax(x) = softmax(x - max(x))), or use torch.softmax."
+            )
         compare(case, "the weights", got, expected, cause=cause)
         n += 1
     return n
 
 
 # ---------------------------------------------------------------- scaled dot-product attention (lesson 01)
+
 
 def _scores(q, k, scale):
     return (q @ k.transpose(-2, -1)) * scale
@@ -79,38 +102,77 @@ def _mistakes():
         return lambda q, k, v, m: _attend(_scores(q, k, s(q.size(-1), v.size(-1))), v, m)
 
     return [
-        Mistake("no scale", scaled(lambda e, ev: 1.0),
-                "the scores are not scaled: divide Q Kᵀ by √d_k, with d_k = query.size(-1)."),
-        Mistake("divide by d_k", scaled(lambda e, ev: 1.0 / e),
-                "you divided the scores by d_k; divide by its square root, √d_k = math.sqrt(query.size(-1))."),
-        Mistake("multiply by sqrt(d_k)", scaled(lambda e, ev: math.sqrt(e)),
-                "you multiplied the scores by √d_k; divide by it instead."),
-        Mistake("sqrt of value size", scaled(lambda e, ev: 1.0 / math.sqrt(ev)),
-                "you scaled by √(value size); the scale uses d_k, the size of the queries and keys: query.size(-1)."),
-        Mistake("softmax over queries",
-                lambda q, k, v, m: _mistake_softmax_axis(q, k, v, m),
-                "the softmax runs over the wrong axis: weights must sum to 1 over the keys, softmax(scores, dim=-1)."),
-        Mistake("mask ignored", lambda q, k, v, m: _attend(_scores(q, k, q.size(-1) ** -0.5), v),
-                "the mask is ignored: your weights are what you get with no mask. Before the softmax, "
-                "set the scores of masked keys to -inf: scores.masked_fill(~attn_mask, float('-inf'))."),
-        Mistake("mask inverted", lambda q, k, v, m: _attend(_scores(q, k, q.size(-1) ** -0.5), v, ~m if m is not None else None),
-                "the mask is inverted: here True means 'may attend' (the convention of "
-                "torch.nn.functional.scaled_dot_product_attention), so blank out where attn_mask is False: "
-                "masked_fill(~attn_mask, float('-inf'))."),
-        Mistake("mask filled with 0", lambda q, k, v, m: _attend(_scores(q, k, q.size(-1) ** -0.5), v, m, fill=0.0),
-                "masked scores were set to 0, but exp(0) = 1, so masked keys still get weight. Fill them with "
-                "float('-inf'), whose exp is 0."),
-        Mistake("mask after softmax", lambda q, k, v, m: _mistake_mask_after(q, k, v, m),
-                "the mask was applied after the softmax, so the rows no longer sum to 1. Mask the scores "
-                "(with -inf) before the softmax."),
-        Mistake("keys used as values", lambda q, k, v, m: (_attend(_scores(q, k, q.size(-1) ** -0.5), v, m)[1] @ k,
-                                                          _attend(_scores(q, k, q.size(-1) ** -0.5), v, m)[1]),
-                "the output mixes the keys; it should mix the values: output = weights @ value."),
-        Mistake("scores K Qᵀ", lambda q, k, v, m: _attend(_scores(k, q, q.size(-1) ** -0.5), v, m),
-                "the scores are transposed: compute Q Kᵀ (query @ key.transpose(-2, -1)), so rows are queries "
-                "and columns are keys."),
-        Mistake("no softmax", lambda q, k, v, m: _mistake_no_softmax(q, k, v, m),
-                "the scores are used as weights without a softmax: weights = torch.softmax(scores, dim=-1)."),
+        Mistake(
+            "no scale",
+            scaled(lambda e, ev: 1.0),
+            "the scores are not scaled: divide Q Kᵀ by √d_k, with d_k = query.size(-1).",
+        ),
+        Mistake(
+            "divide by d_k",
+            scaled(lambda e, ev: 1.0 / e),
+            "you divided the scores by d_k; divide by its square root, √d_k = math.sqrt(query.size(-1)).",
+        ),
+        Mistake(
+            "multiply by sqrt(d_k)",
+            scaled(lambda e, ev: math.sqrt(e)),
+            "you multiplied the scores by √d_k; divide by it instead.",
+        ),
+        Mistake(
+            "sqrt of value size",
+            scaled(lambda e, ev: 1.0 / math.sqrt(ev)),
+            "you scaled by √(value size); the scale uses d_k, the size of the queries and keys: query.size(-1).",
+        ),
+        Mistake(
+            "softmax over queries",
+            lambda q, k, v, m: _mistake_softmax_axis(q, k, v, m),
+            "the softmax runs over the wrong axis: weights must sum to 1 over the keys, softmax(scores, dim=-1).",
+        ),
+        Mistake(
+            "mask ignored",
+            lambda q, k, v, m: _attend(_scores(q, k, q.size(-1) ** -0.5), v),
+            "the mask is ignored: your weights are what you get with no mask. Before the softmax, "
+            "set the scores of masked keys to -inf: scores.masked_fill(~attn_mask, float('-inf')).",
+        ),
+        Mistake(
+            "mask inverted",
+            lambda q, k, v, m: _attend(
+                _scores(q, k, q.size(-1) ** -0.5), v, ~m if m is not None else None
+            ),
+            "the mask is inverted: here True means 'may attend' (the convention of "
+            "torch.nn.functional.scaled_dot_product_attention), so blank out where attn_mask is False: "
+            "masked_fill(~attn_mask, float('-inf')).",
+        ),
+        Mistake(
+            "mask filled with 0",
+            lambda q, k, v, m: _attend(_scores(q, k, q.size(-1) ** -0.5), v, m, fill=0.0),
+            "masked scores were set to 0, but exp(0) = 1, so masked keys still get weight. Fill them with "
+            "float('-inf'), whose exp is 0.",
+        ),
+        Mistake(
+            "mask after softmax",
+            lambda q, k, v, m: _mistake_mask_after(q, k, v, m),
+            "the mask was applied after the softmax, so the rows no longer sum to 1. Mask the scores "
+            "(with -inf) before the softmax.",
+        ),
+        Mistake(
+            "keys used as values",
+            lambda q, k, v, m: (
+                _attend(_scores(q, k, q.size(-1) ** -0.5), v, m)[1] @ k,
+                _attend(_scores(q, k, q.size(-1) ** -0.5), v, m)[1],
+            ),
+            "the output mixes the keys; it should mix the values: output = weights @ value.",
+        ),
+        Mistake(
+            "scores K Qᵀ",
+            lambda q, k, v, m: _attend(_scores(k, q, q.size(-1) ** -0.5), v, m),
+            "the scores are transposed: compute Q Kᵀ (query @ key.transpose(-2, -1)), so rows are queries "
+            "and columns are keys.",
+        ),
+        Mistake(
+            "no softmax",
+            lambda q, k, v, m: _mistake_no_softmax(q, k, v, m),
+            "the scores are used as weights without a softmax: weights = torch.softmax(scores, dim=-1).",
+        ),
     ]
 
 
@@ -139,16 +201,52 @@ def _sdpa_cases():
     def randn(*shape):
         return torch.randn(*shape, generator=g)
 
-    yield "one sentence: query (4, 8), key (6, 8), value (6, 5)", randn(4, 8), randn(6, 8), randn(6, 5), None
-    yield "a batch: query (2, 4, 8), key (2, 6, 8), value (2, 6, 5)", randn(2, 4, 8), randn(2, 6, 8), randn(2, 6, 5), None
-    yield ("batch and heads: query (2, 3, 4, 8), key (2, 3, 6, 8), value (2, 3, 6, 8)",
-           randn(2, 3, 4, 8), randn(2, 3, 6, 8), randn(2, 3, 6, 8), None)
-    padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2]).view(2, 1, 6)  # sentence 2 has 2 pad keys
-    yield ("padding mask (2, 1, 6), True = may attend; the last 2 keys of sentence 2 are padding",
-           randn(2, 4, 8), randn(2, 6, 8), randn(2, 6, 8), padding)
+    yield (
+        "one sentence: query (4, 8), key (6, 8), value (6, 5)",
+        randn(4, 8),
+        randn(6, 8),
+        randn(6, 5),
+        None,
+    )
+    yield (
+        "a batch: query (2, 4, 8), key (2, 6, 8), value (2, 6, 5)",
+        randn(2, 4, 8),
+        randn(2, 6, 8),
+        randn(2, 6, 5),
+        None,
+    )
+    yield (
+        "batch and heads: query (2, 3, 4, 8), key (2, 3, 6, 8), value (2, 3, 6, 8)",
+        randn(2, 3, 4, 8),
+        randn(2, 3, 6, 8),
+        randn(2, 3, 6, 8),
+        None,
+    )
+    padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2]).view(
+        2, 1, 6
+    )  # sentence 2 has 2 pad keys
+    yield (
+        "padding mask (2, 1, 6), True = may attend; the last 2 keys of sentence 2 are padding",
+        randn(2, 4, 8),
+        randn(2, 6, 8),
+        randn(2, 6, 8),
+        padding,
+    )
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
-    yield "causal mask (5, 5): query i may attend to keys 0..i", randn(5, 8), randn(5, 8), randn(5, 8), causal
-    yield "huge scores (query × 40): needs a stable softmax", 40 * randn(3, 8), randn(4, 8), randn(4, 8), None
+    yield (
+        "causal mask (5, 5): query i may attend to keys 0..i",
+        randn(5, 8),
+        randn(5, 8),
+        randn(5, 8),
+        causal,
+    )
+    yield (
+        "huge scores (query × 40): needs a stable softmax",
+        40 * randn(3, 8),
+        randn(4, 8),
+        randn(4, 8),
+        None,
+    )
 
 
 def _scale_hint(q, k, w) -> str | None:
@@ -160,8 +258,10 @@ def _scale_hint(q, k, w) -> str | None:
     if not torch.isfinite(s) or (logw_c - s * raw_c).abs().max() > 1e-3:
         return None
     expected = 1.0 / math.sqrt(q.size(-1))
-    return (f"your weights are softmax(scale · Q Kᵀ) with scale = {s.item():.4g}, but the scale must be "
-            f"1/√d_k = {expected:.4g} (d_k = {q.size(-1)}, the size of each query and key vector).")
+    return (
+        f"your weights are softmax(scale · Q Kᵀ) with scale = {s.item():.4g}, but the scale must be "
+        f"1/√d_k = {expected:.4g} (d_k = {q.size(-1)}, the size of each query and key vector)."
+    )
 
 
 def _rows_hint(w: torch.Tensor) -> str | None:
@@ -191,17 +291,23 @@ def check_scaled_dot_product_attention(candidate) -> int:
     mistakes = _mistakes()
     n = 0
     for case, q, k, v, mask in _sdpa_cases():
-        result = call_candidate(candidate, case, q.clone(), k.clone(), v.clone(), attn_mask=mask,
-                                crash_hint=_CRASH_HINT)
+        result = call_candidate(
+            candidate, case, q.clone(), k.clone(), v.clone(), attn_mask=mask, crash_hint=_CRASH_HINT
+        )
         if not (isinstance(result, tuple) and len(result) == 2):
             raise ExerciseFailure(
                 f"Case {case!r}: return a tuple (output, weights); got {type(result).__name__}"
-                + (f" of length {len(result)}" if isinstance(result, tuple) else "") + "."
+                + (f" of length {len(result)}" if isinstance(result, tuple) else "")
+                + "."
             )
         out, w = result
-        ref_out, ref_w = reference.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
-        shape_hint = ("weights are (..., L, S): one row per query, one column per key. "
-                      "Compute query @ key.transpose(-2, -1); key.T reverses *all* dims of a batched tensor.")
+        ref_out, ref_w = reference.scaled_dot_product_attention(
+            q.double(), k.double(), v.double(), attn_mask=mask
+        )
+        shape_hint = (
+            "weights are (..., L, S): one row per query, one column per key. "
+            "Compute query @ key.transpose(-2, -1); key.T reverses *all* dims of a batched tensor."
+        )
         require_shape(case, "weights", w, ref_w.shape, shape_hint)
         output_hint = "output is (..., L, Ev): weights (..., L, S) @ value (..., S, Ev)."
         if isinstance(out, torch.Tensor) and out.shape[-1:] == k.shape[-1:] != v.shape[-1:]:
@@ -210,15 +316,23 @@ def check_scaled_dot_product_attention(candidate) -> int:
         args = (q.double(), k.double(), v.double(), mask)
         cause = diagnose(mistakes, w, lambda r: r[1], *args)
         if cause is None and torch.isnan(w).any():
-            cause = ("NaN in the weights: exp overflowed. Use torch.softmax (it subtracts each row's max) "
-                     "instead of exp(scores) / sum.")
+            cause = (
+                "NaN in the weights: exp overflowed. Use torch.softmax (it subtracts each row's max) "
+                "instead of exp(scores) / sum."
+            )
         if cause is None and mask is None:
             cause = _scale_hint(q, k, w)
         if cause is None:
             cause = _rows_hint(w)
         compare(case, "weights", w, ref_w, cause=cause)
         cause = diagnose(mistakes, out, lambda r: r[0], *args)
-        compare(case, "outputs", out, ref_out, cause=cause,
-                fallback_cause="the weights are right, so look at the last step: output = weights @ value.")
+        compare(
+            case,
+            "outputs",
+            out,
+            ref_out,
+            cause=cause,
+            fallback_cause="the weights are right, so look at the last step: output = weights @ value.",
+        )
         n += 1
     return n

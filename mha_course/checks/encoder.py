@@ -33,6 +33,7 @@ _NAMES = "self_attn, linear1, linear2, norm1, norm2"
 
 # ---------------------------------------------------------------- the layer, piece by piece
 
+
 class _Parts:
     """torch's layer taken apart, so each classic mistake can put the pieces together wrongly."""
 
@@ -72,76 +73,132 @@ def _mistakes(layer: nn.TransformerEncoderLayer, mask) -> list[Mistake]:
         return p.ffn(z)
 
     return [
-        Mistake("pre-LN", run(lambda p, x: (lambda y: y + ffn_of(p, p.n2(y)))(x + p.attend(p.n1(x)))),
-                "you wrote the pre-LN layer (normalise first: x + MultiHead(LayerNorm(x))). The exercise, "
-                "like the original paper and BERT, is post-LN: z = norm1(x + MultiHead(x)), then "
-                "norm2(z + FFN(z))."),
-        Mistake("no residuals", run(lambda p, x: (lambda z: p.n2(ffn_of(p, z)))(p.n1(p.attend(x)))),
-                "both residual connections are missing: add each sub-layer's input to its output before "
-                "the norm: norm1(x + MultiHead(x)) and norm2(z + FFN(z))."),
-        Mistake("no attention residual", run(lambda p, x: (lambda z: p.n2(z + ffn_of(p, z)))(p.n1(p.attend(x)))),
-                "the residual around the attention is missing: z = norm1(x + MultiHead(x)), not "
-                "norm1(MultiHead(x))."),
-        Mistake("no FFN residual", run(lambda p, x: p.n2(ffn_of(p, p.n1(x + p.attend(x))))),
-                "the residual around the feed-forward network is missing: norm2(z + FFN(z)), not norm2(FFN(z))."),
-        Mistake("norm before the add", run(lambda p, x: (lambda z: z + p.n2(ffn_of(p, z)))(x + p.n1(p.attend(x)))),
-                "you normalised each sub-layer's output and then added the residual (x + norm(MultiHead(x))); "
-                "post-LN adds first and normalises the sum: norm1(x + MultiHead(x)), norm2(z + FFN(z))."),
-        Mistake("norm before the add (attention)",
-                run(lambda p, x: (lambda z: p.n2(z + ffn_of(p, z)))(x + p.n1(p.attend(x)))),
-                "around the attention you normalised before adding the residual: it is "
-                "norm1(x + MultiHead(x)), not x + norm1(MultiHead(x))."),
-        Mistake("norm before the add (FFN)", run(lambda p, x: (lambda z: z + p.n2(ffn_of(p, z)))(p.n1(x + p.attend(x)))),
-                "around the feed-forward network you normalised before adding the residual: it is "
-                "norm2(z + FFN(z)), not z + norm2(FFN(z))."),
-        Mistake("no second norm", run(lambda p, x: (lambda z: z + ffn_of(p, z))(p.n1(x + p.attend(x)))),
-                "the second LayerNorm is missing: the layer ends with norm2(z + FFN(z))."),
-        Mistake("no first norm", run(lambda p, x: (lambda z: p.n2(z + ffn_of(p, z)))(x + p.attend(x))),
-                "the first LayerNorm is missing: z = norm1(x + MultiHead(x))."),
-        Mistake("norm1 twice", run(lambda p, x: (lambda z: p.n1(z + ffn_of(p, z)))(p.n1(x + p.attend(x)))),
-                "you used norm1 twice; each sub-layer has its own LayerNorm with its own weights: "
-                "norm1 after the attention, norm2 after the feed-forward network."),
-        Mistake("norm2 twice", run(lambda p, x: (lambda z: p.n2(z + ffn_of(p, z)))(p.n2(x + p.attend(x)))),
-                "you used norm2 twice; each sub-layer has its own LayerNorm with its own weights: "
-                "norm1 after the attention, norm2 after the feed-forward network."),
-        Mistake("no activation", run(lambda p, x: _post_ln(p, x, activation=lambda t: t)),
-                "the feed-forward network has no activation between its two Linears, so it is just one "
-                "linear map: FFN(z) = linear2(relu(linear1(z)))."),
-        Mistake("GELU", run(lambda p, x: _post_ln(p, x, activation=F.gelu)),
-                "the activation is GELU; the exercise (and torch's default) uses ReLU: "
-                "linear2(torch.relu(linear1(z)))."),
-        Mistake("FFN reads x", run(lambda p, x: (lambda z: p.n2(z + ffn_of(p, x)))(p.n1(x + p.attend(x)))),
-                "the feed-forward network reads the layer's input x; it reads z, the output of Step 2: "
-                "norm2(z + FFN(z))."),
-        Mistake("mask ignored", run(lambda p, x: _post_ln(p, x, mask=None)),
-                "the mask is ignored: pass attn_mask on to self.self_attn(x, x, x, attn_mask=attn_mask)."),
-        Mistake("mask inverted", run(lambda p, x: _post_ln(p, x, mask=None if mask is None else ~mask)),
-                "the mask is inverted: here True means 'may attend' (as in your MultiHeadAttention); pass "
-                "attn_mask on unchanged (torch's src_mask is the opposite, True = masked out)."),
+        Mistake(
+            "pre-LN",
+            run(lambda p, x: (lambda y: y + ffn_of(p, p.n2(y)))(x + p.attend(p.n1(x)))),
+            "you wrote the pre-LN layer (normalise first: x + MultiHead(LayerNorm(x))). The exercise, "
+            "like the original paper and BERT, is post-LN: z = norm1(x + MultiHead(x)), then "
+            "norm2(z + FFN(z)).",
+        ),
+        Mistake(
+            "no residuals",
+            run(lambda p, x: (lambda z: p.n2(ffn_of(p, z)))(p.n1(p.attend(x)))),
+            "both residual connections are missing: add each sub-layer's input to its output before "
+            "the norm: norm1(x + MultiHead(x)) and norm2(z + FFN(z)).",
+        ),
+        Mistake(
+            "no attention residual",
+            run(lambda p, x: (lambda z: p.n2(z + ffn_of(p, z)))(p.n1(p.attend(x)))),
+            "the residual around the attention is missing: z = norm1(x + MultiHead(x)), not "
+            "norm1(MultiHead(x)).",
+        ),
+        Mistake(
+            "no FFN residual",
+            run(lambda p, x: p.n2(ffn_of(p, p.n1(x + p.attend(x))))),
+            "the residual around the feed-forward network is missing: norm2(z + FFN(z)), not norm2(FFN(z)).",
+        ),
+        Mistake(
+            "norm before the add",
+            run(lambda p, x: (lambda z: z + p.n2(ffn_of(p, z)))(x + p.n1(p.attend(x)))),
+            "you normalised each sub-layer's output and then added the residual (x + norm(MultiHead(x))); "
+            "post-LN adds first and normalises the sum: norm1(x + MultiHead(x)), norm2(z + FFN(z)).",
+        ),
+        Mistake(
+            "norm before the add (attention)",
+            run(lambda p, x: (lambda z: p.n2(z + ffn_of(p, z)))(x + p.n1(p.attend(x)))),
+            "around the attention you normalised before adding the residual: it is "
+            "norm1(x + MultiHead(x)), not x + norm1(MultiHead(x)).",
+        ),
+        Mistake(
+            "norm before the add (FFN)",
+            run(lambda p, x: (lambda z: z + p.n2(ffn_of(p, z)))(p.n1(x + p.attend(x)))),
+            "around the feed-forward network you normalised before adding the residual: it is "
+            "norm2(z + FFN(z)), not z + norm2(FFN(z)).",
+        ),
+        Mistake(
+            "no second norm",
+            run(lambda p, x: (lambda z: z + ffn_of(p, z))(p.n1(x + p.attend(x)))),
+            "the second LayerNorm is missing: the layer ends with norm2(z + FFN(z)).",
+        ),
+        Mistake(
+            "no first norm",
+            run(lambda p, x: (lambda z: p.n2(z + ffn_of(p, z)))(x + p.attend(x))),
+            "the first LayerNorm is missing: z = norm1(x + MultiHead(x)).",
+        ),
+        Mistake(
+            "norm1 twice",
+            run(lambda p, x: (lambda z: p.n1(z + ffn_of(p, z)))(p.n1(x + p.attend(x)))),
+            "you used norm1 twice; each sub-layer has its own LayerNorm with its own weights: "
+            "norm1 after the attention, norm2 after the feed-forward network.",
+        ),
+        Mistake(
+            "norm2 twice",
+            run(lambda p, x: (lambda z: p.n2(z + ffn_of(p, z)))(p.n2(x + p.attend(x)))),
+            "you used norm2 twice; each sub-layer has its own LayerNorm with its own weights: "
+            "norm1 after the attention, norm2 after the feed-forward network.",
+        ),
+        Mistake(
+            "no activation",
+            run(lambda p, x: _post_ln(p, x, activation=lambda t: t)),
+            "the feed-forward network has no activation between its two Linears, so it is just one "
+            "linear map: FFN(z) = linear2(relu(linear1(z))).",
+        ),
+        Mistake(
+            "GELU",
+            run(lambda p, x: _post_ln(p, x, activation=F.gelu)),
+            "the activation is GELU; the exercise (and torch's default) uses ReLU: "
+            "linear2(torch.relu(linear1(z))).",
+        ),
+        Mistake(
+            "FFN reads x",
+            run(lambda p, x: (lambda z: p.n2(z + ffn_of(p, x)))(p.n1(x + p.attend(x)))),
+            "the feed-forward network reads the layer's input x; it reads z, the output of Step 2: "
+            "norm2(z + FFN(z)).",
+        ),
+        Mistake(
+            "mask ignored",
+            run(lambda p, x: _post_ln(p, x, mask=None)),
+            "the mask is ignored: pass attn_mask on to self.self_attn(x, x, x, attn_mask=attn_mask).",
+        ),
+        Mistake(
+            "mask inverted",
+            run(lambda p, x: _post_ln(p, x, mask=None if mask is None else ~mask)),
+            "the mask is inverted: here True means 'may attend' (as in your MultiHeadAttention); pass "
+            "attn_mask on unchanged (torch's src_mask is the opposite, True = masked out).",
+        ),
     ]
 
 
 # ---------------------------------------------------------------- copying torch's weights in
 
+
 def _part(owner, name: str, case: str, what: str):
     part = getattr(owner, name, None)
     if part is None:
-        raise ExerciseFailure(f"Case {case!r}: your {what} has no attribute `{name}`. The exercise's "
-                              f"EncoderLayer names its parts {_NAMES}, and self_attn has q_proj, k_proj, "
-                              f"v_proj, out_proj.")
+        raise ExerciseFailure(
+            f"Case {case!r}: your {what} has no attribute `{name}`. The exercise's "
+            f"EncoderLayer names its parts {_NAMES}, and self_attn has q_proj, k_proj, "
+            f"v_proj, out_proj."
+        )
     return part
 
 
-def _copy(owner, name: str, case: str, what: str, weight: torch.Tensor, bias: torch.Tensor, made: str):
+def _copy(
+    owner, name: str, case: str, what: str, weight: torch.Tensor, bias: torch.Tensor, made: str
+):
     """Copy torch's weight and bias into ``owner.name`` (a Linear or a LayerNorm)."""
     part = _part(owner, name, case, what)
     for attr, value in (("weight", weight), ("bias", bias)):
         target = getattr(part, attr, None)
         if not isinstance(target, torch.Tensor):
-            raise ExerciseFailure(f"Case {case!r}: {what}.{name} has no `{attr}`; it should be {made}.")
+            raise ExerciseFailure(
+                f"Case {case!r}: {what}.{name} has no `{attr}`; it should be {made}."
+            )
         if target.shape != value.shape:
-            raise ExerciseFailure(f"Case {case!r}: {what}.{name}.{attr} has shape {shape_str(target.shape)}, "
-                                  f"expected {shape_str(value.shape)}: {name} should be {made}.")
+            raise ExerciseFailure(
+                f"Case {case!r}: {what}.{name}.{attr} has shape {shape_str(target.shape)}, "
+                f"expected {shape_str(value.shape)}: {name} should be {made}."
+            )
         target.copy_(value)
 
 
@@ -152,22 +209,43 @@ def _load_torch_weights(layer, torch_layer: nn.TransformerEncoderLayer, case: st
     with torch.no_grad():
         if all(hasattr(attn, name) for name in ("q_proj", "k_proj", "v_proj", "out_proj")):
             linear = f"nn.Linear(d_model, d_model) = nn.Linear({d_model}, {d_model})"
-            for name, w, b in zip(("q_proj", "k_proj", "v_proj"), src.in_proj_weight.chunk(3),
-                                  src.in_proj_bias.chunk(3), strict=True):
+            for name, w, b in zip(
+                ("q_proj", "k_proj", "v_proj"),
+                src.in_proj_weight.chunk(3),
+                src.in_proj_bias.chunk(3),
+                strict=True,
+            ):
                 _copy(attn, name, case, "self_attn", w, b, linear)
         elif isinstance(getattr(attn, "in_proj_weight", None), torch.Tensor):  # torch-style MHA
             attn.in_proj_weight.copy_(src.in_proj_weight)
             attn.in_proj_bias.copy_(src.in_proj_bias)
         else:
-            raise ExerciseFailure(f"Case {case!r}: self_attn ({type(attn).__name__}) has no q_proj, k_proj, "
-                                  f"v_proj (nn.Linear(d_model, d_model) each). Build it with your "
-                                  f"MultiHeadAttention from lesson 02: self.self_attn = MultiHeadAttention("
-                                  f"d_model, num_heads).")
-        _copy(attn, "out_proj", case, "self_attn", src.out_proj.weight, src.out_proj.bias,
-              f"nn.Linear(d_model, d_model) = nn.Linear({d_model}, {d_model})")
+            raise ExerciseFailure(
+                f"Case {case!r}: self_attn ({type(attn).__name__}) has no q_proj, k_proj, "
+                f"v_proj (nn.Linear(d_model, d_model) each). Build it with your "
+                f"MultiHeadAttention from lesson 02: self.self_attn = MultiHeadAttention("
+                f"d_model, num_heads)."
+            )
+        _copy(
+            attn,
+            "out_proj",
+            case,
+            "self_attn",
+            src.out_proj.weight,
+            src.out_proj.bias,
+            f"nn.Linear(d_model, d_model) = nn.Linear({d_model}, {d_model})",
+        )
         for name, torch_part, made in (
-            ("linear1", torch_layer.linear1, f"nn.Linear(d_model, d_ff) = nn.Linear({d_model}, {d_ff})"),
-            ("linear2", torch_layer.linear2, f"nn.Linear(d_ff, d_model) = nn.Linear({d_ff}, {d_model})"),
+            (
+                "linear1",
+                torch_layer.linear1,
+                f"nn.Linear(d_model, d_ff) = nn.Linear({d_model}, {d_ff})",
+            ),
+            (
+                "linear2",
+                torch_layer.linear2,
+                f"nn.Linear(d_ff, d_model) = nn.Linear({d_ff}, {d_model})",
+            ),
             ("norm1", torch_layer.norm1, f"LayerNorm(d_model) = LayerNorm({d_model})"),
             ("norm2", torch_layer.norm2, f"LayerNorm(d_model) = LayerNorm({d_model})"),
         ):
@@ -179,8 +257,16 @@ def _torch_layer(d_model: int, num_heads: int, d_ff: int, seed: int) -> nn.Trans
     that swapping norm1 and norm2 or dropping a bias shows)."""
     with torch.random.fork_rng(devices=[]):  # leave the learner's random stream alone
         torch.manual_seed(seed)
-        layer = nn.TransformerEncoderLayer(d_model, num_heads, d_ff, dropout=0.0, activation="relu",
-                                           batch_first=True, norm_first=False, dtype=torch.float64)
+        layer = nn.TransformerEncoderLayer(
+            d_model,
+            num_heads,
+            d_ff,
+            dropout=0.0,
+            activation="relu",
+            batch_first=True,
+            norm_first=False,
+            dtype=torch.float64,
+        )
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         layer.self_attn.in_proj_bias.normal_(0, 0.2, generator=g)
@@ -210,15 +296,41 @@ def _cases():
     padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2]).view(2, 1, 1, 6)
     # (case, d_model, num_heads, d_ff, dropout, x, mask)
     yield "d_model=16, 4 heads, d_ff=32; a batch (2, 5, 16)", 16, 4, 32, 0.0, randn(2, 5, 16), None
-    yield "d_model=12, 3 heads, d_ff=20; one sentence (1, 7, 12)", 12, 3, 20, 0.0, randn(1, 7, 12), None
+    yield (
+        "d_model=12, 3 heads, d_ff=20; one sentence (1, 7, 12)",
+        12,
+        3,
+        20,
+        0.0,
+        randn(1, 7, 12),
+        None,
+    )
     yield "causal mask (6, 6), True = may attend", 16, 2, 24, 0.0, randn(2, 6, 16), causal
-    yield ("padding mask (2, 1, 1, 6), True = may attend: the last 2 tokens of sentence 2 are padding",
-           16, 4, 32, 0.0, randn(2, 6, 16), padding)
-    yield "dropout=0.3 in eval mode (model.eval()): no dropout at all", 8, 2, 16, 0.3, randn(2, 4, 8), None
+    yield (
+        "padding mask (2, 1, 1, 6), True = may attend: the last 2 tokens of sentence 2 are padding",
+        16,
+        4,
+        32,
+        0.0,
+        randn(2, 6, 16),
+        padding,
+    )
+    yield (
+        "dropout=0.3 in eval mode (model.eval()): no dropout at all",
+        8,
+        2,
+        16,
+        0.3,
+        randn(2, 4, 8),
+        None,
+    )
 
 
-@checker("encoder_layer", "Replace `raise NotImplementedError` in your EncoderLayer: Step 2 "
-                          "(attention, residual, norm1) and Step 3 (FFN, residual, norm2).")
+@checker(
+    "encoder_layer",
+    "Replace `raise NotImplementedError` in your EncoderLayer: Step 2 "
+    "(attention, residual, norm1) and Step 3 (FFN, residual, norm2).",
+)
 def check_encoder_layer(candidate) -> int:
     """Check ``candidate(d_model, num_heads, d_ff, dropout=0.0)`` (an EncoderLayer class: post-LN,
     ReLU, parts ``self_attn``, ``linear1``, ``linear2``, ``norm1``, ``norm2``;
@@ -232,8 +344,10 @@ def _run_cases(candidate) -> int:
     for seed, (case, d_model, num_heads, d_ff, dropout, x, mask) in enumerate(_cases()):
         layer = call_candidate(candidate, case, d_model, num_heads, d_ff, dropout=dropout)
         if not isinstance(layer, nn.Module):
-            raise ExerciseFailure(f"Case {case!r}: EncoderLayer(...) gave a {type(layer).__name__}; make the "
-                                  f"class an nn.Module (class EncoderLayer(nn.Module)) and call super().__init__().")
+            raise ExerciseFailure(
+                f"Case {case!r}: EncoderLayer(...) gave a {type(layer).__name__}; make the "
+                f"class an nn.Module (class EncoderLayer(nn.Module)) and call super().__init__()."
+            )
         layer.eval()
         reference_layer = _torch_layer(d_model, num_heads, d_ff, seed)
         _load_torch_weights(layer, reference_layer, case)
@@ -243,18 +357,33 @@ def _run_cases(candidate) -> int:
             got = call_candidate(layer, case, x.clone(), attn_mask=mask)
             expected = reference_layer(x.double(), src_mask=src_mask, src_key_padding_mask=padding)
         if isinstance(got, tuple):
-            raise ExerciseFailure(f"Case {case!r}: your forward returned a tuple of {len(got)}; return only the "
-                                  f"layer's output, a tensor (B, L, d_model). (self_attn returns (output, "
-                                  f"weights): keep the output, e.g. attended, _ = self.self_attn(x, x, x, ...).)")
-        require_shape(case, "the output", got, x.shape, "the layer keeps the shape of its input (B, L, d_model).")
+            raise ExerciseFailure(
+                f"Case {case!r}: your forward returned a tuple of {len(got)}; return only the "
+                f"layer's output, a tensor (B, L, d_model). (self_attn returns (output, "
+                f"weights): keep the output, e.g. attended, _ = self.self_attn(x, x, x, ...).)"
+            )
+        require_shape(
+            case,
+            "the output",
+            got,
+            x.shape,
+            "the layer keeps the shape of its input (B, L, d_model).",
+        )
         if dropout > 0:
             _require_no_dropout_in_eval(layer, case, x, got)
         if not _close(got, expected, atol=1e-4, rtol=1e-3):  # only a wrong answer needs a diagnosis
             cause = diagnose(_mistakes(reference_layer, mask), got, lambda r: r, x.double())
-            compare(case, "outputs", got, expected, atol=1e-4, rtol=1e-3,
-                    cause=cause or _nan_hint(got, mask),
-                    fallback_cause="compare your forward with the steps: z = norm1(x + self_attn(x, x, x, "
-                                   "attn_mask)[0]); out = norm2(z + linear2(relu(linear1(z)))).")
+            compare(
+                case,
+                "outputs",
+                got,
+                expected,
+                atol=1e-4,
+                rtol=1e-3,
+                cause=cause or _nan_hint(got, mask),
+                fallback_cause="compare your forward with the steps: z = norm1(x + self_attn(x, x, x, "
+                "attn_mask)[0]); out = norm2(z + linear2(relu(linear1(z)))).",
+            )
         n += 1
     return n
 
@@ -264,9 +393,11 @@ def _nan_hint(got: torch.Tensor, mask: torch.Tensor | None) -> str | None:
     if not torch.isnan(got).any() or mask is None:
         return None
     if not (~mask).any(dim=-1).all():  # the inverted mask blanks out whole rows: the NaN rows
-        return ("the mask is inverted: here True means 'may attend' (as in your MultiHeadAttention); pass "
-                "attn_mask on unchanged. Inverted, some queries may attend to nothing, and the softmax "
-                "of a row of -inf is NaN.")
+        return (
+            "the mask is inverted: here True means 'may attend' (as in your MultiHeadAttention); pass "
+            "attn_mask on unchanged. Inverted, some queries may attend to nothing, and the softmax "
+            "of a row of -inf is NaN."
+        )
     return "NaN: some query may attend to no key, so its softmax is over a row of -inf."
 
 

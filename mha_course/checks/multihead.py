@@ -35,6 +35,7 @@ _ATOL, _RTOL = 1e-4, 1e-3  # the candidate runs in float32, torch in float64
 
 # ---------------------------------------------------------------- multi-head attention, right and wrong
 
+
 @dataclass
 class _Weights:
     """torch's weights, float64: W^Q, W^K, W^V, W^O as (weight, bias) pairs, and H."""
@@ -61,8 +62,22 @@ def _merge(x):  # 'b h l d -> b l (h d)'
     return x.transpose(1, 2).reshape(B, L, H * D)
 
 
-def _mha(p: _Weights, query, key, value, mask, *, split=_split, merge=_merge, key_weights="k",
-         value_input="value", scale="d_k", softmax_dim=-1, mask_rule="may attend", out_proj=True):
+def _mha(
+    p: _Weights,
+    query,
+    key,
+    value,
+    mask,
+    *,
+    split=_split,
+    merge=_merge,
+    key_weights="k",
+    value_input="value",
+    scale="d_k",
+    softmax_dim=-1,
+    mask_rule="may attend",
+    out_proj=True,
+):
     """Multi-head attention with the exercise's mask; each keyword swaps one step for a classic
     mistake (the defaults are the right answer)."""
     Q = split(F.linear(query, *p.q), p.H)
@@ -72,7 +87,9 @@ def _mha(p: _Weights, query, key, value, mask, *, split=_split, merge=_merge, ke
     scores = Q @ K.transpose(-2, -1) / math.sqrt(d)
     if mask is not None and mask_rule != "ignored":
         allowed = ~mask if mask_rule == "inverted" else mask
-        scores = scores.masked_fill(~allowed, 0.0 if mask_rule == "filled with 0" else float("-inf"))
+        scores = scores.masked_fill(
+            ~allowed, 0.0 if mask_rule == "filled with 0" else float("-inf")
+        )
     weights = torch.softmax(scores, dim=softmax_dim)
     heads = merge(weights @ V)
     return (F.linear(heads, *p.o) if out_proj else heads), weights
@@ -91,48 +108,85 @@ def _mistakes(p: _Weights) -> list[Mistake]:
         return x.reshape(B, L, H * D)
 
     return [
-        Mistake("view without transpose", wrong(split=view_no_transpose),
-                "the heads are split with .view(B, H, L, D) straight from (B, L, E): that reshuffles the "
-                "numbers instead of giving each head its own D features. View as (B, L, H, D), then "
-                "swap the length and head axes: x.view(B, L, H, D).transpose(1, 2), or "
-                "rearrange(x, 'b l (h d) -> b h l d', h=H)."),
-        Mistake("merge without transpose back", wrong(merge=merge_no_transpose),
-                "the weights are right, but the heads are merged with .reshape(B, L, E) straight from "
-                "(B, H, L, D), which mixes positions and heads. Swap the axes back first: "
-                "out.transpose(1, 2).reshape(B, L, E), or rearrange(out, 'b h l d -> b l (h d)')."),
-        Mistake("scale by sqrt(d_model)", wrong(scale="d_model"),
-                "the scores are divided by √d_model (the full embed_dim); each head compares D-dimensional "
-                "vectors, so divide by √d_k with d_k = embed_dim // num_heads (the head size)."),
-        Mistake("no scale", wrong(scale="none"),
-                "the scores are not scaled: divide Q Kᵀ by √d_k, with d_k = embed_dim // num_heads."),
-        Mistake("keys projected with q_proj", wrong(key_weights="q"),
-                "the keys are projected with q_proj; each input has its own projection: "
-                "Q = q_proj(query), K = k_proj(key), V = v_proj(value)."),
-        Mistake("values from the key", wrong(value_input="key"),
-                "the values are computed from `key`; they come from `value`: V = v_proj(value)."),
-        Mistake("missing output projection", wrong(out_proj=False),
-                "the weights are right, but the output projection W^O is missing: after merging the heads, "
-                "return self.out_proj(concatenated heads)."),
-        Mistake("softmax over the queries", wrong(softmax_dim=-2),
-                "the softmax runs over the queries (dim=-2); each query's weights must sum to 1 over the "
-                "keys: torch.softmax(scores, dim=-1)."),
-        Mistake("softmax over the heads", wrong(softmax_dim=1),
-                "the softmax runs over the heads (dim=1); each query's weights must sum to 1 over the "
-                "keys: torch.softmax(scores, dim=-1)."),
-        Mistake("mask ignored", wrong(mask_rule="ignored"),
-                "the mask is ignored: your weights are what you get without it. Pass attn_mask on to the "
-                "attention (it broadcasts over the heads axis), which sets masked scores to -inf."),
-        Mistake("mask inverted", wrong(mask_rule="inverted"),
-                "the mask is inverted: here True means 'may attend' (the convention of "
-                "torch.nn.functional.scaled_dot_product_attention), so blank out where attn_mask is "
-                "False: scores.masked_fill(~attn_mask, float('-inf'))."),
-        Mistake("mask filled with 0", wrong(mask_rule="filled with 0"),
-                "masked scores were set to 0, but exp(0) = 1, so masked keys still get weight. Fill them "
-                "with float('-inf'), whose exp is 0."),
+        Mistake(
+            "view without transpose",
+            wrong(split=view_no_transpose),
+            "the heads are split with .view(B, H, L, D) straight from (B, L, E): that reshuffles the "
+            "numbers instead of giving each head its own D features. View as (B, L, H, D), then "
+            "swap the length and head axes: x.view(B, L, H, D).transpose(1, 2), or "
+            "rearrange(x, 'b l (h d) -> b h l d', h=H).",
+        ),
+        Mistake(
+            "merge without transpose back",
+            wrong(merge=merge_no_transpose),
+            "the weights are right, but the heads are merged with .reshape(B, L, E) straight from "
+            "(B, H, L, D), which mixes positions and heads. Swap the axes back first: "
+            "out.transpose(1, 2).reshape(B, L, E), or rearrange(out, 'b h l d -> b l (h d)').",
+        ),
+        Mistake(
+            "scale by sqrt(d_model)",
+            wrong(scale="d_model"),
+            "the scores are divided by √d_model (the full embed_dim); each head compares D-dimensional "
+            "vectors, so divide by √d_k with d_k = embed_dim // num_heads (the head size).",
+        ),
+        Mistake(
+            "no scale",
+            wrong(scale="none"),
+            "the scores are not scaled: divide Q Kᵀ by √d_k, with d_k = embed_dim // num_heads.",
+        ),
+        Mistake(
+            "keys projected with q_proj",
+            wrong(key_weights="q"),
+            "the keys are projected with q_proj; each input has its own projection: "
+            "Q = q_proj(query), K = k_proj(key), V = v_proj(value).",
+        ),
+        Mistake(
+            "values from the key",
+            wrong(value_input="key"),
+            "the values are computed from `key`; they come from `value`: V = v_proj(value).",
+        ),
+        Mistake(
+            "missing output projection",
+            wrong(out_proj=False),
+            "the weights are right, but the output projection W^O is missing: after merging the heads, "
+            "return self.out_proj(concatenated heads).",
+        ),
+        Mistake(
+            "softmax over the queries",
+            wrong(softmax_dim=-2),
+            "the softmax runs over the queries (dim=-2); each query's weights must sum to 1 over the "
+            "keys: torch.softmax(scores, dim=-1).",
+        ),
+        Mistake(
+            "softmax over the heads",
+            wrong(softmax_dim=1),
+            "the softmax runs over the heads (dim=1); each query's weights must sum to 1 over the "
+            "keys: torch.softmax(scores, dim=-1).",
+        ),
+        Mistake(
+            "mask ignored",
+            wrong(mask_rule="ignored"),
+            "the mask is ignored: your weights are what you get without it. Pass attn_mask on to the "
+            "attention (it broadcasts over the heads axis), which sets masked scores to -inf.",
+        ),
+        Mistake(
+            "mask inverted",
+            wrong(mask_rule="inverted"),
+            "the mask is inverted: here True means 'may attend' (the convention of "
+            "torch.nn.functional.scaled_dot_product_attention), so blank out where attn_mask is "
+            "False: scores.masked_fill(~attn_mask, float('-inf')).",
+        ),
+        Mistake(
+            "mask filled with 0",
+            wrong(mask_rule="filled with 0"),
+            "masked scores were set to 0, but exp(0) = 1, so masked keys still get weight. Fill them "
+            "with float('-inf'), whose exp is 0.",
+        ),
     ]
 
 
 # ---------------------------------------------------------------- building and loading the candidate
+
 
 def _torch_module(E: int, H: int, seed: int) -> nn.MultiheadAttention:
     """torch's module, float64, with random biases too (torch starts them at 0), so a dropped
@@ -148,14 +202,20 @@ def _torch_module(E: int, H: int, seed: int) -> nn.MultiheadAttention:
 
 def _build(candidate, case: str, E: int, H: int, x: torch.Tensor) -> nn.Module:
     if isinstance(candidate, nn.Module):
-        raise ExerciseFailure("Pass the class itself, check_multi_head_attention(MultiHeadAttention), not "
-                              "an instance of it: the checker builds its own with several sizes.")
+        raise ExerciseFailure(
+            "Pass the class itself, check_multi_head_attention(MultiHeadAttention), not "
+            "an instance of it: the checker builds its own with several sizes."
+        )
     module = call_candidate(candidate, case, E, H)
     if not isinstance(module, nn.Module):
-        raise ExerciseFailure(f"Case {case!r}: MultiHeadAttention({E}, {H}) gave a {type(module).__name__}; "
-                              f"make the class an nn.Module (class MultiHeadAttention(nn.Module)) and call "
-                              f"super().__init__() first in __init__.")
-    missing = [name for name in _PROJECTIONS if not isinstance(getattr(module, name, None), nn.Module)]
+        raise ExerciseFailure(
+            f"Case {case!r}: MultiHeadAttention({E}, {H}) gave a {type(module).__name__}; "
+            f"make the class an nn.Module (class MultiHeadAttention(nn.Module)) and call "
+            f"super().__init__() first in __init__."
+        )
+    missing = [
+        name for name in _PROJECTIONS if not isinstance(getattr(module, name, None), nn.Module)
+    ]
     if missing:
         try:  # an unsolved skeleton is "not done yet", not "wrong"
             with torch.no_grad():
@@ -181,12 +241,16 @@ def _load(module: nn.Module, reference: nn.MultiheadAttention, case: str) -> Non
             for attr, value in (("weight", weight), ("bias", bias)):
                 target = getattr(part, attr, None)
                 if not isinstance(target, torch.Tensor):
-                    raise ExerciseFailure(f"Case {case!r}: self.{name} has no {attr}; it should be {linear} "
-                                          f"(with its bias, as torch.nn.MultiheadAttention has).")
+                    raise ExerciseFailure(
+                        f"Case {case!r}: self.{name} has no {attr}; it should be {linear} "
+                        f"(with its bias, as torch.nn.MultiheadAttention has)."
+                    )
                 if target.shape != value.shape:
-                    raise ExerciseFailure(f"Case {case!r}: self.{name}.{attr} has shape "
-                                          f"{shape_str(target.shape)}, expected {shape_str(value.shape)}: "
-                                          f"self.{name} should be {linear}.")
+                    raise ExerciseFailure(
+                        f"Case {case!r}: self.{name}.{attr} has shape "
+                        f"{shape_str(target.shape)}, expected {shape_str(value.shape)}: "
+                        f"self.{name} should be {linear}."
+                    )
                 target.copy_(value)
 
 
@@ -199,14 +263,37 @@ def _cases():
 
     x = randn(2, 5, 24)
     yield "self-attention, no mask: x (2, 5, 24), 4 heads of size 6", 24, 4, x, x, x, None
-    yield ("cross-attention: query (2, 5, 24), key and value (2, 7, 24), 4 heads",
-           24, 4, randn(2, 5, 24), randn(2, 7, 24), randn(2, 7, 24), None)
+    yield (
+        "cross-attention: query (2, 5, 24), key and value (2, 7, 24), 4 heads",
+        24,
+        4,
+        randn(2, 5, 24),
+        randn(2, 7, 24),
+        randn(2, 7, 24),
+        None,
+    )
     padding = torch.tensor([[True] * 6 + [False], [True] * 4 + [False] * 3]).view(2, 1, 1, 7)
-    yield ("padding mask (2, 1, 1, 7), True = may attend: the last key of sentence 1 and the last 3 of "
-           "sentence 2 are padding", 24, 4, randn(2, 5, 24), randn(2, 7, 24), randn(2, 7, 24), padding)
+    yield (
+        "padding mask (2, 1, 1, 7), True = may attend: the last key of sentence 1 and the last 3 of "
+        "sentence 2 are padding",
+        24,
+        4,
+        randn(2, 5, 24),
+        randn(2, 7, 24),
+        randn(2, 7, 24),
+        padding,
+    )
     x = randn(2, 6, 24)
     causal = torch.ones(6, 6, dtype=torch.bool).tril()
-    yield "causal mask (6, 6), True = may attend: query i sees keys 0..i; 3 heads of size 8", 24, 3, x, x, x, causal
+    yield (
+        "causal mask (6, 6), True = may attend: query i sees keys 0..i; 3 heads of size 8",
+        24,
+        3,
+        x,
+        x,
+        x,
+        causal,
+    )
     x = randn(1, 4, 32)
     yield "8 heads of size 4 (h = 8, d_model = 32): x (1, 4, 32)", 32, 8, x, x, x, None
 
@@ -222,13 +309,19 @@ def _torch_masks(mask: torch.Tensor | None):
 
 # ---------------------------------------------------------------- the checker
 
-@checker("multi_head_attention", "Write forward: project with q_proj, k_proj, v_proj, split into heads, "
-                                 "attend (with your scaled_dot_product_attention), merge the heads, out_proj.")
+
+@checker(
+    "multi_head_attention",
+    "Write forward: project with q_proj, k_proj, v_proj, split into heads, "
+    "attend (with your scaled_dot_product_attention), merge the heads, out_proj.",
+)
 def check_multi_head_attention(candidate) -> int:
     """Check ``candidate(embed_dim, num_heads)`` (a MultiHeadAttention class with ``q_proj``, ``k_proj``,
     ``v_proj``, ``out_proj``; ``forward(query, key, value, attn_mask=None)`` -> ``(output (B, L, E),
     weights (B, H, L, S))``) against ``torch.nn.MultiheadAttention`` with the same weights."""
-    with torch.random.fork_rng(devices=[]):  # building the modules must not shift the learner's seed
+    with torch.random.fork_rng(
+        devices=[]
+    ):  # building the modules must not shift the learner's seed
         return _run_cases(candidate)
 
 
@@ -241,23 +334,47 @@ def _run_cases(candidate) -> int:
         module.eval()
         attn_mask, padding = _torch_masks(mask)
         with torch.no_grad():
-            result = call_candidate(module, case, query.clone(), key.clone(), value.clone(), attn_mask=mask)
-            expected = reference(query.double(), key.double(), value.double(), attn_mask=attn_mask,
-                                 key_padding_mask=padding, average_attn_weights=False)
+            result = call_candidate(
+                module, case, query.clone(), key.clone(), value.clone(), attn_mask=mask
+            )
+            expected = reference(
+                query.double(),
+                key.double(),
+                value.double(),
+                attn_mask=attn_mask,
+                key_padding_mask=padding,
+                average_attn_weights=False,
+            )
         out, weights = _unpack(result, case)
         _check_shapes(case, out, weights, expected)
         args = (query.double(), key.double(), value.double(), mask)
         mistakes = _mistakes(_Weights.of(reference))
         if not _close(weights, expected[1], _ATOL, _RTOL):  # only a wrong answer needs a diagnosis
             cause = diagnose(mistakes, weights, lambda r: r[1], *args) or _nan_hint(weights, mask)
-            compare(case, "per-head weights", weights, expected[1], atol=_ATOL, rtol=_RTOL, cause=cause,
-                    fallback_cause="compare the steps: Q = split(q_proj(query)), K = split(k_proj(key)), "
-                                   "weights = softmax(Q Kᵀ / √d_k, masked) over the keys, dim=-1.")
+            compare(
+                case,
+                "per-head weights",
+                weights,
+                expected[1],
+                atol=_ATOL,
+                rtol=_RTOL,
+                cause=cause,
+                fallback_cause="compare the steps: Q = split(q_proj(query)), K = split(k_proj(key)), "
+                "weights = softmax(Q Kᵀ / √d_k, masked) over the keys, dim=-1.",
+            )
         if not _close(out, expected[0], _ATOL, _RTOL):
             cause = diagnose(mistakes, out, lambda r: r[0], *args)
-            compare(case, "outputs", out, expected[0], atol=_ATOL, rtol=_RTOL, cause=cause,
-                    fallback_cause="the weights are right, so look at what follows: weights @ V, merge the "
-                                   "heads back to (B, L, E), then out_proj.")
+            compare(
+                case,
+                "outputs",
+                out,
+                expected[0],
+                atol=_ATOL,
+                rtol=_RTOL,
+                cause=cause,
+                fallback_cause="the weights are right, so look at what follows: weights @ V, merge the "
+                "heads back to (B, L, E), then out_proj.",
+            )
         n += 1
     return n
 
@@ -266,7 +383,8 @@ def _unpack(result, case: str):
     if not (isinstance(result, tuple) and len(result) == 2):
         raise ExerciseFailure(
             f"Case {case!r}: return a tuple (output, weights); got {type(result).__name__}"
-            + (f" of length {len(result)}" if isinstance(result, tuple) else "") + "."
+            + (f" of length {len(result)}" if isinstance(result, tuple) else "")
+            + "."
         )
     return result
 
@@ -274,33 +392,48 @@ def _unpack(result, case: str):
 def _check_shapes(case: str, out, weights, expected) -> None:
     for what, got in (("output", out), ("weights", weights)):
         if not isinstance(got, torch.Tensor):
-            raise ExerciseFailure(f"Case {case!r}: the {what} should be a torch.Tensor, got {type(got).__name__}.")
+            raise ExerciseFailure(
+                f"Case {case!r}: the {what} should be a torch.Tensor, got {type(got).__name__}."
+            )
     B, H, L, S = expected[1].shape
     if tuple(weights.shape) != (B, H, L, S):
         if tuple(weights.shape) == (B, L, S):
             averaged = _close(weights, expected[1].mean(dim=1), _ATOL, _RTOL)
-            hint = ("you averaged the weights over the heads; return every head's weights, (B, H, L, S) "
-                    "(torch does this with average_attn_weights=False)." if averaged else
-                    "your weights have no heads axis: split Q, K and V into H heads of size "
-                    "D = embed_dim // num_heads, 'b l (h d) -> b h l d', and return every head's weights.")
+            hint = (
+                "you averaged the weights over the heads; return every head's weights, (B, H, L, S) "
+                "(torch does this with average_attn_weights=False)."
+                if averaged
+                else "your weights have no heads axis: split Q, K and V into H heads of size "
+                "D = embed_dim // num_heads, 'b l (h d) -> b h l d', and return every head's weights."
+            )
         elif weights.dim() == 4 and tuple(weights.shape[::2]) == (B, L) and weights.size(-1) == S:
-            hint = (f"your weights have {weights.size(1)} heads, but this case built the module with "
-                    f"num_heads={H}: use the num_heads given to __init__ (and head size "
-                    f"D = embed_dim // num_heads), not a fixed number.")
+            hint = (
+                f"your weights have {weights.size(1)} heads, but this case built the module with "
+                f"num_heads={H}: use the num_heads given to __init__ (and head size "
+                f"D = embed_dim // num_heads), not a fixed number."
+            )
         else:
             hint = "one row per query and one column per key, for every head: (B, H, L, S)."
-        raise ExerciseFailure(f"Case {case!r}: the weights have shape {shape_str(weights.shape)}, expected "
-                              f"(B, H, L, S) = {shape_str((B, H, L, S))}.\nLikely cause: {hint}")
+        raise ExerciseFailure(
+            f"Case {case!r}: the weights have shape {shape_str(weights.shape)}, expected "
+            f"(B, H, L, S) = {shape_str((B, H, L, S))}.\nLikely cause: {hint}"
+        )
     if tuple(out.shape) != tuple(expected[0].shape):
-        raise ExerciseFailure(f"Case {case!r}: the output has shape {shape_str(out.shape)}, expected (B, L, E) "
-                              f"= {shape_str(expected[0].shape)}.\nLikely cause: merge the heads back, "
-                              f"'b h l d -> b l (h d)', then apply out_proj.")
+        raise ExerciseFailure(
+            f"Case {case!r}: the output has shape {shape_str(out.shape)}, expected (B, L, E) "
+            f"= {shape_str(expected[0].shape)}.\nLikely cause: merge the heads back, "
+            f"'b h l d -> b l (h d)', then apply out_proj."
+        )
 
 
 def _nan_hint(weights: torch.Tensor, mask: torch.Tensor | None) -> str | None:
     if not torch.isnan(weights).any():
         return None
     if mask is not None and not (~mask).any(dim=-1).all():  # inverted, some rows have no key: NaN
-        return ("the mask is inverted: here True means 'may attend', so blank out where attn_mask is False. "
-                "Inverted, some queries may attend to nothing, and the softmax of a row of -inf is NaN.")
-    return "NaN in the weights: a softmax over a row of -inf (a query with no key), or exp overflowed."
+        return (
+            "the mask is inverted: here True means 'may attend', so blank out where attn_mask is False. "
+            "Inverted, some queries may attend to nothing, and the softmax of a row of -inf is NaN."
+        )
+    return (
+        "NaN in the weights: a softmax over a row of -inf (a query with no key), or exp overflowed."
+    )

@@ -38,17 +38,27 @@ THE_MAP = """the map, for layer i (keys start with f"encoder.layer.{i}."):
     output.dense                        -> linear2
     output.LayerNorm                    -> norm2"""
 
-TRANSPOSED = ("a weight is transposed. nn.Linear stores its weight as (out_features, in_features), and "
-              "so does the checkpoint: copy it as it is, without .T.")
-QKV_ORDER = ("Q, K and V are stacked in the wrong order: in_proj holds query in rows [0:E], key in "
-             "[E:2E], value in [2E:3E] -- torch.cat([query, key, value]).")
-QKV_SWAPPED = ("Q, K and V are mixed up: attention.self.query goes into self_attn.q_proj, key into k_proj, "
-               "value into v_proj.")
-NORMS_SWAPPED = ("the two LayerNorms are swapped: attention.output.LayerNorm is norm1 (Step 2, after the "
-                 "attention) and output.LayerNorm is norm2 (Step 3, after the feed-forward).")
-DENSE_SWAPPED = ("the Linears are mixed up: intermediate.dense is the feed-forward's first Linear "
-                 "(E -> 1536) = linear1; output.dense its second (1536 -> E) = linear2; "
-                 "attention.output.dense is the attention's output projection W^O = self_attn.out_proj.")
+TRANSPOSED = (
+    "a weight is transposed. nn.Linear stores its weight as (out_features, in_features), and "
+    "so does the checkpoint: copy it as it is, without .T."
+)
+QKV_ORDER = (
+    "Q, K and V are stacked in the wrong order: in_proj holds query in rows [0:E], key in "
+    "[E:2E], value in [2E:3E] -- torch.cat([query, key, value])."
+)
+QKV_SWAPPED = (
+    "Q, K and V are mixed up: attention.self.query goes into self_attn.q_proj, key into k_proj, "
+    "value into v_proj."
+)
+NORMS_SWAPPED = (
+    "the two LayerNorms are swapped: attention.output.LayerNorm is norm1 (Step 2, after the "
+    "attention) and output.LayerNorm is norm2 (Step 3, after the feed-forward)."
+)
+DENSE_SWAPPED = (
+    "the Linears are mixed up: intermediate.dense is the feed-forward's first Linear "
+    "(E -> 1536) = linear1; output.dense its second (1536 -> E) = linear2; "
+    "attention.output.dense is the attention's output projection W^O = self_attn.out_proj."
+)
 WEIGHT_BIAS = "a weight and a bias are mixed up: .weight goes into .weight, .bias into .bias."
 
 
@@ -59,9 +69,14 @@ def fake_checkpoint(config: MiniLMConfig = CONFIG, seed: int = 5) -> dict[str, t
     g = torch.Generator().manual_seed(seed)
     E, F = config.hidden_size, config.intermediate_size
     shapes = {
-        "attention.self.query": (E, E), "attention.self.key": (E, E), "attention.self.value": (E, E),
-        "attention.output.dense": (E, E), "attention.output.LayerNorm": None,
-        "intermediate.dense": (F, E), "output.dense": (E, F), "output.LayerNorm": None,
+        "attention.self.query": (E, E),
+        "attention.self.key": (E, E),
+        "attention.self.value": (E, E),
+        "attention.output.dense": (E, E),
+        "attention.output.LayerNorm": None,
+        "intermediate.dense": (F, E),
+        "output.dense": (E, F),
+        "output.LayerNorm": None,
     }
     weights = {}
     for i in range(config.num_hidden_layers):
@@ -100,15 +115,24 @@ def blank_layer(packed: bool = True, config: MiniLMConfig = CONFIG) -> nn.Module
 
     E, F = config.hidden_size, config.intermediate_size
     if packed:
-        layer = EncoderLayer(E, config.num_attention_heads, F, dropout=0.0, activation="gelu",
-                             layer_norm_eps=config.layer_norm_eps)
+        layer = EncoderLayer(
+            E,
+            config.num_attention_heads,
+            F,
+            dropout=0.0,
+            activation="gelu",
+            layer_norm_eps=config.layer_norm_eps,
+        )
     else:
         layer = nn.Module()
         layer.self_attn = nn.Module()
         for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
             setattr(layer.self_attn, name, nn.Linear(E, E))
         layer.linear1, layer.linear2 = nn.Linear(E, F), nn.Linear(F, E)
-        layer.norm1, layer.norm2 = LayerNorm(E, eps=config.layer_norm_eps), LayerNorm(E, eps=config.layer_norm_eps)
+        layer.norm1, layer.norm2 = (
+            LayerNorm(E, eps=config.layer_norm_eps),
+            LayerNorm(E, eps=config.layer_norm_eps),
+        )
     with torch.no_grad():
         for p in layer.parameters():
             p.fill_(float("nan"))
@@ -116,6 +140,7 @@ def blank_layer(packed: bool = True, config: MiniLMConfig = CONFIG) -> nn.Module
 
 
 # ---------------------------------------------------------------- naming what a tensor holds
+
 
 def _holds(t: torch.Tensor, weights: dict[str, torch.Tensor]) -> tuple[str, bool] | None:
     """(checkpoint key, transposed?) of the tensor that ``t`` equals, if any."""
@@ -131,7 +156,7 @@ def _holds(t: torch.Tensor, weights: dict[str, torch.Tensor]) -> tuple[str, bool
 
 
 def _part(key: str) -> str:
-    """"encoder.layer.3.output.LayerNorm.weight" -> "output.LayerNorm.weight"."""
+    """ "encoder.layer.3.output.LayerNorm.weight" -> "output.LayerNorm.weight"."""
     return key.split(".", 3)[3]
 
 
@@ -142,12 +167,16 @@ def _layer_of(key: str) -> int:
 def _explain(expected: str, found: tuple[str, bool] | None, i: int, packed: bool) -> str:
     """The likely cause, from the checkpoint tensor that should be there and the one that is."""
     if found is None:
-        return ("its values match no tensor of the checkpoint (nor a transposed one): copy the "
-                "checkpoint tensors as they are, without arithmetic.\n" + THE_MAP)
+        return (
+            "its values match no tensor of the checkpoint (nor a transposed one): copy the "
+            "checkpoint tensors as they are, without arithmetic.\n" + THE_MAP
+        )
     key, transposed = found
     if _layer_of(key) != i and _part(key) == _part(expected):
-        return (f"this is layer {_layer_of(key)}'s tensor, but you were asked for layer {i}: build the "
-                f"keys from i, e.g. f\"encoder.layer.{{i}}.{_part(expected)}\".")
+        return (
+            f"this is layer {_layer_of(key)}'s tensor, but you were asked for layer {i}: build the "
+            f'keys from i, e.g. f"encoder.layer.{{i}}.{_part(expected)}".'
+        )
     if transposed:
         return TRANSPOSED
     want, got = _part(expected).rsplit(".", 1), _part(key).rsplit(".", 1)
@@ -162,8 +191,9 @@ def _explain(expected: str, found: tuple[str, bool] | None, i: int, packed: bool
     return f"{_part(key)} does not go there.\n" + THE_MAP
 
 
-def _mismatch(case: str, name: str, got: torch.Tensor, rows: list, weights: dict, i: int,
-              packed: bool) -> str | None:
+def _mismatch(
+    case: str, name: str, got: torch.Tensor, rows: list, weights: dict, i: int, packed: bool
+) -> str | None:
     """Why parameter ``name`` is wrong (None when it is right). ``rows`` are its map rows: one for
     a plain copy, three (q, k, v) for the packed in_proj."""
     expected = torch.cat([weights[row.checkpoint] for row in rows])
@@ -176,21 +206,39 @@ def _mismatch(case: str, name: str, got: torch.Tensor, rows: list, weights: dict
     if got.shape != expected.shape:
         found = _holds(got, weights)
         shapes = f"  {name} has shape {tuple(got.shape)}, expected {tuple(expected.shape)}."
-        where = "" if found is None else f"\n  it holds {found[0]}{' transposed' if found[1] else ''}."
-        cause = _explain(rows[0].checkpoint, found, i, packed) if found else "compare the shapes with the map.\n" + THE_MAP
+        where = (
+            "" if found is None else f"\n  it holds {found[0]}{' transposed' if found[1] else ''}."
+        )
+        cause = (
+            _explain(rows[0].checkpoint, found, i, packed)
+            if found
+            else "compare the shapes with the map.\n" + THE_MAP
+        )
         return f"{header}\n{shapes}{where}\nLikely cause: {cause}"
     if len(rows) == 1:
         found = _holds(got, weights)
-        holds = "no checkpoint tensor" if found is None else found[0] + (" transposed" if found[1] else "")
-        return (f"{header}\n  expected {rows[0].checkpoint}\n  yours    {holds}\n"
-                f"Likely cause: {_explain(rows[0].checkpoint, found, i, packed)}")
+        holds = (
+            "no checkpoint tensor"
+            if found is None
+            else found[0] + (" transposed" if found[1] else "")
+        )
+        return (
+            f"{header}\n  expected {rows[0].checkpoint}\n  yours    {holds}\n"
+            f"Likely cause: {_explain(rows[0].checkpoint, found, i, packed)}"
+        )
     # the packed in_proj: name what each third holds
     E = got.size(0) // 3
     lines, cause = [], None
     for k, (row, third) in enumerate(zip(rows, got.split(E))):
         found = _holds(third, weights)
-        holds = "no checkpoint tensor" if found is None else found[0] + (" transposed" if found[1] else "")
-        lines.append(f"  rows [{k * E}:{(k + 1) * E}] expected {_part(row.checkpoint)}, yours {holds}")
+        holds = (
+            "no checkpoint tensor"
+            if found is None
+            else found[0] + (" transposed" if found[1] else "")
+        )
+        lines.append(
+            f"  rows [{k * E}:{(k + 1) * E}] expected {_part(row.checkpoint)}, yours {holds}"
+        )
         if cause is None and (found is None or found[0] != row.checkpoint or found[1]):
             cause = _explain(row.checkpoint, found, i, packed)
     return f"{header}\n" + "\n".join(lines) + f"\nLikely cause: {cause}"
@@ -198,23 +246,32 @@ def _mismatch(case: str, name: str, got: torch.Tensor, rows: list, weights: dict
 
 # ---------------------------------------------------------------- running the learner's code
 
+
 def _crash_hint(error: BaseException, i: int) -> str | None:
     text = str(error)
     if isinstance(error, KeyError):
-        return (f"{text} is not a name in the checkpoint. Layer {i}'s names are "
-                f"f\"encoder.layer.{i}.\" + one of: attention.self.query.weight, attention.output.dense.bias, "
-                f"intermediate.dense.weight, output.LayerNorm.weight, ... (print(list(weights)) shows them all).")
+        return (
+            f"{text} is not a name in the checkpoint. Layer {i}'s names are "
+            f'f"encoder.layer.{i}." + one of: attention.self.query.weight, attention.output.dense.bias, '
+            f"intermediate.dense.weight, output.LayerNorm.weight, ... (print(list(weights)) shows them all)."
+        )
     if "in-place operation" in text or "requires grad" in text:
-        return ("copying into a parameter must not be recorded by autograd: put the copies inside "
-                "`with torch.no_grad():`.")
+        return (
+            "copying into a parameter must not be recorded by autograd: put the copies inside "
+            "`with torch.no_grad():`."
+        )
     if "cannot assign" in text and "parameter" in text:
-        return ("a parameter can only be replaced by an nn.Parameter: copy into it with "
-                "layer.linear1.weight.copy_(tensor) (inside torch.no_grad()), or wrap the tensor in nn.Parameter.")
+        return (
+            "a parameter can only be replaced by an nn.Parameter: copy into it with "
+            "layer.linear1.weight.copy_(tensor) (inside torch.no_grad()), or wrap the tensor in nn.Parameter."
+        )
     if isinstance(error, RuntimeError) and any(word in text for word in ("size", "shape")):
-        return ("a shape mismatch while copying. Both nn.Linear and the checkpoint store a weight as "
-                "(out_features, in_features), so copy without .T: query/key/value.weight are (384, 384) each "
-                "and stack into in_proj_weight (1152, 384); intermediate.dense.weight (1536, 384) -> "
-                "linear1.weight; output.dense.weight (384, 1536) -> linear2.weight.")
+        return (
+            "a shape mismatch while copying. Both nn.Linear and the checkpoint store a weight as "
+            "(out_features, in_features), so copy without .T: query/key/value.weight are (384, 384) each "
+            "and stack into in_proj_weight (1152, 384); intermediate.dense.weight (1536, 384) -> "
+            "linear1.weight; output.dense.weight (384, 1536) -> linear2.weight."
+        )
     return None
 
 
@@ -227,8 +284,9 @@ def _run(candidate, case: str, layer, weights: dict, i: int):
         hint = None if error is None else _crash_hint(error, i)
         if hint is None:
             raise
-        raise ExerciseFailure(f"Case {case!r}: your code raised {type(error).__name__}: {error}\n"
-                              f"Likely cause: {hint}") from error
+        raise ExerciseFailure(
+            f"Case {case!r}: your code raised {type(error).__name__}: {error}\nLikely cause: {hint}"
+        ) from error
 
 
 @functools.lru_cache(maxsize=8)
@@ -246,7 +304,9 @@ def _expected_names(packed: bool, i: int) -> tuple[str, ...]:
 
 def _asks_for_separate_projections(failure: ExerciseFailure) -> bool:
     error = failure.__cause__
-    return isinstance(error, AttributeError) and any(name in str(error) for name in ("q_proj", "k_proj", "v_proj"))
+    return isinstance(error, AttributeError) and any(
+        name in str(error) for name in ("q_proj", "k_proj", "v_proj")
+    )
 
 
 @checker(
@@ -275,13 +335,17 @@ def check_load_layer(candidate) -> int:
             by_parameter.setdefault(row.parameter, []).append(row)
         for name in _expected_names(packed, i):
             if name not in params:
-                raise ExerciseFailure(f"Case {case!r}: the layer has no parameter {name} any more; fill the "
-                                      f"existing parameters instead of deleting or renaming them.")
+                raise ExerciseFailure(
+                    f"Case {case!r}: the layer has no parameter {name} any more; fill the "
+                    f"existing parameters instead of deleting or renaming them."
+                )
             problem = _mismatch(case, name, params[name], by_parameter[name], weights, i, packed)
             if problem is not None:
                 if isinstance(result, nn.Module) and result is not layer:
-                    problem += ("\nNote: your function returned a new module; fill the `layer` it is given "
-                                "instead (in place), and return nothing.")
+                    problem += (
+                        "\nNote: your function returned a new module; fill the `layer` it is given "
+                        "instead (in place), and return nothing."
+                    )
                 raise ExerciseFailure(problem)
     return len(CASES)
 
