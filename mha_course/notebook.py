@@ -82,34 +82,50 @@ def _watch_exercise_cells() -> None:
         shell.events.register("post_run_cell", after_cell)
 
 
-def load_your_work(directory: Path | str = WORK_DIR, *, quiet: bool = False) -> SimpleNamespace:
+def load_your_work(
+    directory: Path | str = WORK_DIR, *, before: str | None = None, quiet: bool = False
+) -> SimpleNamespace:
     """Your answers from earlier lessons, each checked again; where one is missing or does not
-    pass its checker, the course's reference takes its place. Prints which is which."""
+    pass its checker, the course's reference takes its place. Prints which is which.
+
+    ``before="04"`` lists only the exercises of lessons 00-03 (all of them are loaded either way).
+    """
     directory = Path(directory)
     namespace: dict = {}
     exec(_PREAMBLE, namespace)
     lines = []
     for exercise in EXERCISES:
-        path = directory / f"{exercise.name}.py"
-        status = "not found"
-        if path.exists():
-            try:
-                exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
-                candidate = namespace.get(exercise.name)
-                status = (
-                    "yours"
-                    if candidate is not None and exercise.check.passes(candidate)
-                    else "not done"
-                )
-            except Exception as error:  # a failing answer is reported, never fatal
-                status = f"fails its check ({type(error).__name__})"
+        status = _load_answer(exercise, directory / f"{exercise.name}.py", namespace)
         if status != "yours":
             namespace[exercise.name] = exercise.reference
-        lines.append(
-            f"  {exercise.lesson} {exercise.name:<30} "
-            + ("yours ✅" if status == "yours" else f"course reference (yours: {status})")
-        )
+        if before is None or exercise.lesson < before:
+            lines.append(
+                f"  {exercise.lesson} {exercise.name:<30} "
+                + ("yours ✅" if status == "yours" else f"course reference (yours: {status})")
+            )
     if not quiet:
         print(f"Answers loaded from {directory}/:")
         print("\n".join(lines))
+        if any("not found" in line for line in lines):
+            print(
+                "(An answer is saved when its exercise cell runs, in the notebook's folder. On Colab "
+                "every notebook runs on a machine of its own: run the earlier lesson's exercise cell "
+                "in this notebook to use your answer here.)"
+            )
     return SimpleNamespace(**{e.name: namespace[e.name] for e in EXERCISES})
+
+
+def _load_answer(exercise, path: Path, namespace: dict) -> str:
+    """Run a saved answer in ``namespace``: "yours" when it passes its check, else what is wrong."""
+    if not path.exists():
+        return "not found"
+    try:
+        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
+        candidate = namespace.get(exercise.name)
+        if candidate is None:
+            return f"no {exercise.name} in {path.name}"
+        return "yours" if exercise.check.passes(candidate) else "not done yet"
+    except AssertionError:
+        return "fails its check"
+    except Exception as error:  # a broken answer is reported, never fatal
+        return f"raises {type(error).__name__}"

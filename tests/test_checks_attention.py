@@ -202,6 +202,19 @@ def test_sdpa_names_each_classic_mistake(candidate, phrase):
     fails_with(check_scaled_dot_product_attention, candidate, "Likely cause", phrase)
 
 
+def test_sdpa_a_notebook_global_d_k_is_caught():
+    d_k = 8  # what a learner's notebook defines
+
+    def uses_global(query, key, value, attn_mask=None):
+        scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        weights = scores.softmax(-1)
+        return weights @ value, weights
+
+    fails_with(check_scaled_dot_product_attention, uses_global, "d_k = 5", "1/√8", "query.size(-1)")
+
+
 def test_sdpa_wrong_return_type():
     fails_with(
         check_scaled_dot_product_attention,

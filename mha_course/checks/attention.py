@@ -222,9 +222,16 @@ def _sdpa_cases():
         randn(2, 3, 6, 8),
         None,
     )
+    yield (
+        "another size: query (3, 5), key (4, 5), value (4, 3), so d_k = 5",
+        randn(3, 5),
+        randn(4, 5),
+        randn(4, 3),
+        None,
+    )
     padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2]).view(
         2, 1, 6
-    )  # sentence 2 has 2 pad keys
+    )  # 2 pad keys in sentence 2
     yield (
         "padding mask (2, 1, 6), True = may attend; the last 2 keys of sentence 2 are padding",
         randn(2, 4, 8),
@@ -241,8 +248,8 @@ def _sdpa_cases():
         causal,
     )
     yield (
-        "huge scores (query × 40): needs a stable softmax",
-        40 * randn(3, 8),
+        "huge scores (query × 200): needs a stable softmax",
+        200 * randn(3, 8),
         randn(4, 8),
         randn(4, 8),
         None,
@@ -258,6 +265,13 @@ def _scale_hint(q, k, w) -> str | None:
     if not torch.isfinite(s) or (logw_c - s * raw_c).abs().max() > 1e-3:
         return None
     expected = 1.0 / math.sqrt(q.size(-1))
+    fixed = round(1.0 / s.item() ** 2) if s.item() > 1e-3 else 0  # the d_k this scale is 1/√ of
+    if fixed > 0 and fixed != q.size(-1) and math.isclose(s.item(), fixed**-0.5, rel_tol=1e-3):
+        return (
+            f"your weights are softmax(scale · Q Kᵀ) with scale = {s.item():.4g} = 1/√{fixed}, but here "
+            f"d_k = {q.size(-1)}: did you use a fixed d_k, such as a variable of the notebook? Take it "
+            f"from the inputs: d_k = query.size(-1)."
+        )
     return (
         f"your weights are softmax(scale · Q Kᵀ) with scale = {s.item():.4g}, but the scale must be "
         f"1/√d_k = {expected:.4g} (d_k = {q.size(-1)}, the size of each query and key vector)."

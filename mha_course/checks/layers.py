@@ -247,7 +247,18 @@ def check_layer_norm(candidate) -> int:
         w, b = expected_module.weight.detach(), expected_module.bias.detach()
         if not _close(got, expected, atol=1e-4, rtol=1e-4):  # only a wrong answer needs a diagnosis
             cause = diagnose(mistakes, got, lambda r: r, x.double(), w, b, eps)
-            compare(case, "outputs", got, expected, atol=1e-4, rtol=1e-4, cause=cause)
+            compare(
+                case,
+                "outputs",
+                got,
+                expected,
+                atol=1e-4,
+                rtol=1e-4,
+                cause=cause,
+                fallback_cause="more than one thing differs. Check each step on one token: the mean and "
+                "the *biased* variance (correction=0) over the last axis with keepdim=True, ε added "
+                "inside the square root, then * weight + bias.",
+            )
         n += 1
     _ln_gradients(candidate)
     return n + 1

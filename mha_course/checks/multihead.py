@@ -173,8 +173,9 @@ def _mistakes(p: _Weights) -> list[Mistake]:
             "mask inverted",
             wrong(mask_rule="inverted"),
             "the mask is inverted: here True means 'may attend' (the convention of "
-            "torch.nn.functional.scaled_dot_product_attention), so blank out where attn_mask is "
-            "False: scores.masked_fill(~attn_mask, float('-inf')).",
+            "torch.nn.functional.scaled_dot_product_attention and of your lesson-01 function), not "
+            "'masked out' as in torch.nn.MultiheadAttention. Pass attn_mask on to your attention as it "
+            "is; inside, blank out where it is False: scores.masked_fill(~attn_mask, float('-inf')).",
         ),
         Mistake(
             "mask filled with 0",
@@ -198,6 +199,14 @@ def _torch_module(E: int, H: int, seed: int) -> nn.MultiheadAttention:
         module.out_proj.bias.normal_(0.0, 0.2)
     # The candidate gets these weights in float32; round torch's copy the same way.
     return module.float().double().train()  # dropout 0, train mode: torch's plain path
+
+
+_CRASH_HINT = (
+    "a shape mix-up. Take every size from the inputs and from self (B, L, E = query.shape, "
+    "S = key.size(1), H = self.num_heads, d_k = E // H), never from the notebook's variables: the "
+    "check uses other sizes. Print the shapes step by step: (B, L, E) -> view (B, L, H, d_k) -> "
+    "transpose (B, H, L, d_k)."
+)
 
 
 def _build(candidate, case: str, E: int, H: int, x: torch.Tensor) -> nn.Module:
@@ -335,7 +344,13 @@ def _run_cases(candidate) -> int:
         attn_mask, padding = _torch_masks(mask)
         with torch.no_grad():
             result = call_candidate(
-                module, case, query.clone(), key.clone(), value.clone(), attn_mask=mask
+                module,
+                case,
+                query.clone(),
+                key.clone(),
+                value.clone(),
+                attn_mask=mask,
+                crash_hint=_CRASH_HINT,
             )
             expected = reference(
                 query.double(),
