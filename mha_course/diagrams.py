@@ -149,10 +149,10 @@ def heads_diagram(h: int = 4):
         _arrow(ax, (x, 2.83), (x, 2.37))
         _arrow(ax, (x, 1.73), (5, 1.02), color=HEAD_COLORS[i])
     ax.text(
-        9.4, 3.15, "split:\n'b l (h d) ->\n b h l d'", fontsize=8, va="center", family="monospace"
+        9.4, 3.15, "split:\n'b l (h d)\n -> b h l d'", fontsize=8, va="center", family="monospace"
     )
     ax.text(
-        9.4, 1.3, "concat:\n'b h l d ->\n b l (h d)'", fontsize=8, va="center", family="monospace"
+        9.4, 1.3, "concat:\n'b h l d\n -> b l (h d)'", fontsize=8, va="center", family="monospace"
     )
     _box(ax, 5, 0.75, "Concat(head$_1$ … head$_h$) W$^O$    (B, L, d_model)", "out", w=6.4)
     ax.set_title("Multi-head attention: h heads in parallel, one projection each way", fontsize=12)

@@ -95,50 +95,82 @@ def plot_attention_grid(
     weights,
     tokens: Sequence[str] | None = None,
     *,
+    keys: Sequence[str] | None = None,
+    mask=None,
     titles: Sequence[str] | None = None,
     row_labels: Sequence[str] | None = None,
     ncols: int | None = None,
     cell_size: float = 2.2,
     suptitle: str | None = None,
-    vmax: float | None = None,
+    vmax: float | None = 1.0,
+    colorbar: bool = True,
 ):
     """A grid of heatmaps: ``weights`` is (H, L, S) -- one panel per head -- or (N, H, L, S) --
-    one row per layer, one column per head. Token labels are drawn when they fit.
+    one row per layer, one column per head. Heads and layers are numbered from 0, as in code.
+
+    Every panel shares one colour scale (0 to ``vmax``, 1 by default, with one colorbar), so a
+    diffuse head looks diffuse next to a sharp one; ``vmax=None`` scales each panel on its own.
+    ``tokens`` label the queries and, unless ``keys`` is given, the keys: on every panel when they
+    fit, otherwise on the bottom row and left column. ``mask`` (bool, broadcastable to (L, S),
+    True = may attend) hatches the cells no query may attend to, as :func:`plot_attention` does.
 
     Returns the figure.
     """
     w = _as_numpy(weights)
     if w.ndim == 3:
-        n_rows, n_cols = (
-            math.ceil(w.shape[0] / (ncols or min(w.shape[0], 4))),
-            ncols or min(w.shape[0], 4),
-        )
+        n_cols = ncols or min(w.shape[0], 4)
+        n_rows = math.ceil(w.shape[0] / n_cols)
         panels = [w[i] for i in range(w.shape[0])]
     elif w.ndim == 4:
         n_rows, n_cols = w.shape[0], w.shape[1]
         panels = [w[r, c] for r in range(w.shape[0]) for c in range(w.shape[1])]
     else:
         raise ValueError(f"weights must be (H, L, S) or (layers, H, L, S), got shape {w.shape}")
+    L, S = w.shape[-2:]
+    keys = tokens if keys is None else keys
+    _check_2d("each panel", panels[0], tokens, keys)
+    blocked = None if mask is None else ~np.broadcast_to(_as_numpy(mask).astype(bool), (L, S))
     if titles is None:
         titles = [f"head {i % n_cols}" if w.ndim == 4 else f"head {i}" for i in range(len(panels))]
     fig, axes = plt.subplots(
-        n_rows, n_cols, figsize=(cell_size * n_cols, cell_size * n_rows), squeeze=False
+        n_rows,
+        n_cols,
+        figsize=(cell_size * n_cols + (0.8 if colorbar else 0), cell_size * n_rows),
+        squeeze=False,
     )
-    show_tokens = tokens is not None and len(tokens) <= 16 and cell_size >= 2
+    label_every_panel = cell_size >= 2 and max(L, S) <= 16
+    fontsize = 6 if max(L, S) <= 16 else 5
+    image = None
     for k, ax in enumerate(axes.flat):
         if k >= len(panels):
             ax.axis("off")
             continue
-        ax.imshow(panels[k], cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
+        image = ax.imshow(panels[k], cmap="viridis", vmin=0.0, vmax=vmax, aspect="auto")
+        if blocked is not None:
+            for i, j in zip(*np.nonzero(blocked)):
+                ax.add_patch(
+                    plt.Rectangle(
+                        (j - 0.5, i - 0.5),
+                        1,
+                        1,
+                        facecolor="0.85",
+                        edgecolor="0.6",
+                        hatch="///",
+                        linewidth=0.3,
+                    )
+                )
         ax.set_title(titles[k], fontsize=8)
         row, col = divmod(k, n_cols)
-        if show_tokens:
-            ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=6)
-            ax.set_yticks(range(len(tokens)), tokens, fontsize=6)
+        bottom = row == n_rows - 1 or k + n_cols >= len(panels)
+        if keys is not None and (label_every_panel or bottom) and max(L, S) <= 40:
+            ax.set_xticks(range(S), keys, rotation=90, fontsize=fontsize)
         else:
             ax.set_xticks([])
+        if tokens is not None and (label_every_panel or col == 0) and max(L, S) <= 40:
+            ax.set_yticks(range(L), tokens, fontsize=fontsize)
+        else:
             ax.set_yticks([])
-        if row == n_rows - 1:
+        if bottom:
             ax.set_xlabel("key", fontsize=8)
         if col == 0:
             label = f"{row_labels[row]}\nquery" if row_labels is not None else "query"
@@ -146,4 +178,8 @@ def plot_attention_grid(
     if suptitle:
         fig.suptitle(suptitle)
     fig.tight_layout()
+    if colorbar and image is not None and vmax is not None:
+        fig.colorbar(
+            image, ax=axes.ravel().tolist(), fraction=0.03, pad=0.02, label="attention weight"
+        )
     return fig

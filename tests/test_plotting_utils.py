@@ -39,7 +39,10 @@ def test_heatmap_rejects_wrong_labels_and_shapes():
 @pytest.mark.parametrize("shape, panels", [((5, 4, 4), 5), ((2, 3, 4, 4), 6)])
 def test_grid_has_one_panel_per_head(shape, panels):
     fig = plot_attention_grid(torch.rand(shape), ["a", "b", "c", "d"])
-    assert sum(ax.has_data() for ax in fig.axes) == panels
+    heatmaps = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    assert len(heatmaps) == panels and all(ax.has_data() for ax in heatmaps)
+    assert len(fig.axes) - len(heatmaps) - (8 - panels if len(shape) == 3 else 0) == 1  # one shared colorbar
+    assert all(im.get_clim() == (0.0, 1.0) for ax in heatmaps for im in ax.get_images())
     plt.close("all")
 
 
@@ -58,3 +61,11 @@ def test_seed_everything_repeats_the_same_numbers():
     a = torch.randn(4)
     seed_everything(3)
     assert torch.equal(a, torch.randn(4))
+
+
+def test_grid_hatches_masked_cells_on_every_panel():
+    mask = torch.ones(3, 3, dtype=torch.bool).tril()  # 3 masked cells
+    fig = plot_attention_grid(torch.rand(2, 3, 3), ["a", "b", "c"], mask=mask)
+    heatmaps = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    assert [sum(bool(p.get_hatch()) for p in ax.patches) for ax in heatmaps] == [3, 3]
+    plt.close("all")
