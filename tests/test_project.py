@@ -1,0 +1,107 @@
+"""The README tells the truth: its quick start is what CI runs, environment.yml installs the same
+thing, and its badges and links point where the notebooks do."""
+
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from mha_course import authoring
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def quick_start_block() -> list[str]:
+    section = README.split("## Quick start", 1)[1]
+    block = section.split("```", 2)[1]
+    return [line for line in block.splitlines()[1:] if line.strip()]
+
+
+def test_quick_start_comes_first_with_install_test_and_launch():
+    assert README.index("## Quick start") < README.index("## What the course contains")
+    lines = quick_start_block()
+    assert any(line.startswith("pip install") for line in lines)
+    assert "pytest" in lines
+    assert any(line.startswith("jupyter lab") for line in lines)
+
+
+def test_ci_runs_exactly_the_quick_start_minus_the_launch():
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    awk = re.search(r"awk '(.*?)' README.md", script, re.S).group(1)
+    extracted = subprocess.run(
+        ["awk", awk, "README.md"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    run = [
+        line
+        for line in extracted.stdout.splitlines()
+        if line.strip() and not line.startswith("jupyter lab")
+    ]
+    assert run == [line for line in quick_start_block() if not line.startswith("jupyter lab")]
+
+
+def install_requirements_from_readme() -> list[str]:
+    line = next(line for line in quick_start_block() if line.startswith("pip install"))
+    return [arg.strip('"') for arg in line.split()[2:]]
+
+
+def environment_pip_entries() -> list[str]:
+    text = (ROOT / "environment.yml").read_text(encoding="utf-8")
+    pip_block = text.split("- pip:", 1)[1]
+    return [m.strip() for m in re.findall(r"^\s+- (.+)$", pip_block, re.M)]
+
+
+def test_environment_yml_installs_what_the_readme_installs():
+    readme = install_requirements_from_readme()  # e.g. torch==2.13.0 -e .[dev]
+    env = [entry for entry in environment_pip_entries() if not entry.startswith("--")]
+    readme_reqs = []
+    for arg in readme:
+        if readme_reqs and readme_reqs[-1] == "-e":
+            readme_reqs[-1] = f"-e {arg}"
+        else:
+            readme_reqs.append(arg)
+    assert sorted(env) == sorted(readme_reqs)
+
+
+def test_environment_yml_python_satisfies_the_package():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    minimum = tuple(
+        int(n)
+        for n in re.search(r">=\s*([\d.]+)", pyproject["project"]["requires-python"])
+        .group(1)
+        .split(".")
+    )
+    python = re.search(
+        r"- python=([\d.]+)", (ROOT / "environment.yml").read_text(encoding="utf-8")
+    ).group(1)
+    assert tuple(int(n) for n in python.split(".")) >= minimum
+
+
+def test_dev_extra_holds_what_the_tests_and_notebooks_import():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    dev = " ".join(pyproject["project"]["optional-dependencies"]["dev"])
+    for needed in (
+        "pytest",
+        "nbval",
+        "hypothesis",
+        "transformers",
+        "sentence-transformers",
+        "jupyterlab",
+        "ruff",
+    ):
+        assert needed in dev
+
+
+@pytest.mark.parametrize("path", authoring.solution_paths(), ids=lambda p: p.name)
+def test_readme_has_each_lessons_colab_badge(path):
+    assert authoring.colab_url(f"notebooks/{path.name}") in README
+    assert f"](notebooks/{path.name})" in README
+
+
+def test_readme_binder_badge_and_local_links_resolve():
+    assert authoring.binder_url() in README
+    for target in re.findall(r"\]\(([^)\s]+)\)", README):
+        if not target.startswith(("http://", "https://", "#")):
+            assert (ROOT / target).exists(), f"README links to a missing {target}"
