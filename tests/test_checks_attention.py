@@ -7,25 +7,9 @@ import torch
 import torch.nn.functional as F
 from einops import einsum
 
-from mha_course.checks import ExerciseFailure, check_scaled_dot_product_attention, check_softmax
+from mha_course.checks import check_scaled_dot_product_attention, check_softmax
 
-
-def passes(check, candidate, capsys):
-    check(candidate)
-    out = capsys.readouterr().out
-    assert out.startswith("✅"), out
-    return out
-
-
-def fails_with(check, candidate, *phrases):
-    with pytest.raises(ExerciseFailure) as failure:
-        check(candidate)
-    message = str(failure.value)
-    for phrase in phrases:
-        assert phrase in message, f"{phrase!r} not in:\n{message}"
-    assert isinstance(failure.value, AssertionError)
-    return message
-
+from checker_helpers import fails_with, passes
 
 # ---------------------------------------------------------------- softmax
 

@@ -14,35 +14,13 @@ from torch import nn
 from mha_course import MultiHeadAttention as TorchStyleMHA
 from mha_course import reference
 from mha_course.checks import (
-    ExerciseFailure,
     check_encoder_layer,
     check_layer_norm,
     check_positional_encoding,
 )
 from mha_course.exercises import by_name
 
-
-def passes(check, candidate, capsys):
-    check(candidate)
-    out = capsys.readouterr().out
-    assert out.startswith("✅"), out
-    assert check.passes(candidate) is True
-
-
-def fails_with(check, candidate, *phrases):
-    with pytest.raises(ExerciseFailure) as failure:
-        check(candidate)
-    message = str(failure.value)
-    for phrase in phrases:
-        assert phrase in message, f"{phrase!r} not in:\n{message}"
-    return message
-
-
-def not_done(check, candidate, capsys):
-    assert check(candidate) is None
-    assert "not done yet" in capsys.readouterr().out
-    assert check.passes(candidate) is False
-
+from checker_helpers import fails_with, not_done, passes
 
 # ---------------------------------------------------------------- LayerNorm
 
