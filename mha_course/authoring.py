@@ -118,7 +118,15 @@ def setup_cell_source() -> str:
 
 
 def _skeleton(block: list[str], indent: str) -> list[str]:
-    comments = [line for line in block if line.strip().startswith("#")]
+    """The solution block's comment lines, then ``raise NotImplementedError``. A comment that sat
+    deeper (inside a loop of the solution) keeps its depth inside the comment, so the skeleton
+    still shows the structure and stays valid, formatter-stable code."""
+    comments = []
+    for line in block:
+        text = line.lstrip()
+        if text.startswith("#"):
+            extra = max(len(line) - len(text) - len(indent), 0)
+            comments.append(f"{indent}#{' ' * extra}{text[1:]}" if extra else f"{indent}{text}")
     return comments + [f"{indent}{TODO}"]
 
 

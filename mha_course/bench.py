@@ -71,6 +71,7 @@ __all__ = [
     "to_json",
     "load",
     "plot_sweep",
+    "line_styles",
     "ratio",
     "growth_exponent",
     "summary",
@@ -257,6 +258,7 @@ def time_call(
     min_run_time: float = 0.2,
     max_run_time: float | None = None,
     warmup: int = 2,
+    min_blocks: int = 3,
 ) -> tuple[float, float, int]:
     """``(median, iqr, runs)`` in seconds of ``fn()``, with ``torch.utils.benchmark``.
 
@@ -264,7 +266,8 @@ def time_call(
     ``adaptive_autorange``: blocks of calls (enough per block that the timer's own overhead is
     negligible) until at least four blocks and ``min_run_time`` seconds, and until the IQR is
     within 10% of the median or ``max_run_time`` (default 10 × ``min_run_time``, at least 1 s)
-    is spent. ``runs`` is the number of blocks behind the median.
+    is spent. A call slower than ``max_run_time`` still gets ``min_blocks`` blocks, so that the
+    IQR means something. ``runs`` is the number of blocks behind the median.
     """
     for _ in range(warmup):
         fn()
@@ -273,6 +276,11 @@ def time_call(
     measurement = timer.adaptive_autorange(
         threshold=0.1, min_run_time=min_run_time, max_run_time=max_run_time
     )
+    if len(measurement.times) < min_blocks:  # the time budget ran out first: add blocks
+        number = measurement.number_per_run
+        raw = [t * number for t in measurement.times]
+        raw += [timer.timeit(number).raw_times[0] for _ in range(min_blocks - len(raw))]
+        measurement = benchmark.Measurement(number, raw, measurement.task_spec)
     return measurement.median, measurement.iqr, len(measurement.times)
 
 
@@ -372,7 +380,9 @@ def _is_oom(error: BaseException) -> bool:
 
 
 def _first_sentence(text: str) -> str:
-    """The gist of an error: its first sentence, without the C++ "[enforce fail at ...]" prefix."""
+    """The gist of an error: its first sentence, without the C++ "[enforce fail at ...]" prefix
+    or the "(Triggered internally at <source file>)" suffix of torch's warnings."""
+    text = re.sub(r"\s*\(Triggered internally at [^)]*\)\.?", "", text)
     text = re.sub(r"^\[enforce fail[^\]]*\][^.]*\.\s*", "", text.strip())
     return (text.splitlines() or [""])[0].split(". ")[0][:160]
 
@@ -525,8 +535,12 @@ def _measure(
                 )
             call = _call(run, leaves, case, base.mode)
             peak = peak_memory(call, device)
-            median, iqr, runs = time_call(
-                call, threads=threads, min_run_time=min_run_time, max_run_time=max_run_time
+            median, iqr, runs = time_call(  # the gate and the memory pass were the warm-up calls
+                call,
+                threads=threads,
+                min_run_time=min_run_time,
+                max_run_time=max_run_time,
+                warmup=0,
             )
     except ImportError as error:
         return dataclasses.replace(base, status="unavailable", message=str(error))
@@ -747,10 +761,10 @@ def growth_exponent(
     return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
 
 
-def summary(results: Sequence[Result], *, dtype: str | None = None) -> str:
+def summary(results: Sequence[Result], *, dtype: str | None = None, fit_lengths: int = 3) -> str:
     """The lesson's headline numbers, per mode: package MHA over torch MHA, SDPA over the loop
-    (time ratios per length, same run), and how peak memory grows between the two longest lengths
-    (the log-log slope: 2 is quadratic, 1 linear)."""
+    (time ratios per length, same run), and a table of how peak memory grows at the long end: the
+    least-squares log-log slope over the ``fit_lengths`` longest lengths (2 is quadratic, 1 linear)."""
     lines = []
     modes = list(dict.fromkeys(r.mode for r in results))
     for mode in modes:
@@ -766,17 +780,20 @@ def summary(results: Sequence[Result], *, dtype: str | None = None) -> str:
                 lines.append(f"  time {ours} / {theirs}: {shown}")
         lengths = sorted({r.length for r in results if r.mode == mode})
         if len(lengths) >= 2:
+            fitted = lengths[-max(2, fit_lengths) :]
             slopes = {
                 name: growth_exponent(
-                    results, name, "peak_bytes", mode=mode, dtype=dtype, min_length=lengths[-2]
+                    results, name, "peak_bytes", mode=mode, dtype=dtype, min_length=fitted[0]
                 )
                 for name in dict.fromkeys(r.implementation for r in results if r.mode == mode)
             }
-            shown = ", ".join(f"{name} {p:.2f}" for name, p in slopes.items() if p is not None)
-            if shown:
+            slopes = {name: p for name, p in slopes.items() if p is not None}
+            if slopes:
                 lines.append(
-                    f"  peak memory ∝ L^p from L={lengths[-2]} to {lengths[-1]}: p = {shown}"
+                    f"  peak memory ∝ L^p, p fitted over L = {', '.join(map(str, fitted))}:"
                 )
+                width = max(len(name) for name in slopes)
+                lines += [f"    {name:<{width}}  p = {p:.2f}" for name, p in slopes.items()]
     return "\n".join(lines)
 
 
@@ -827,7 +844,7 @@ def to_table(results: Sequence[Result], environment: Environment | None = None) 
     if environment is not None:
         e = environment
         lines.append(
-            f"torch {e.torch_version} | {e.device}: {e.device_name} | {e.threads} threads | {e.timestamp}"
+            f"torch {e.torch_version} | {e.device}: {e.device_name} | {e.threads} thread{'s' if e.threads != 1 else ''} | {e.timestamp}"
         )
         lines.append(f"peak memory: {e.memory_method}")
     header = (
@@ -925,6 +942,29 @@ def load(path) -> Sweep:
     return Sweep([_parse(Result, row) for row in rows], environment)
 
 
+_MARKERS = "osD^vP*Xh<>p"
+_COLORS = [
+    "tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
+    "tab:pink", "tab:gray", "tab:olive", "tab:cyan", "black", "gold",
+]  # fmt: skip
+
+
+def line_styles(names: Sequence[str]) -> dict[str, dict]:
+    """One distinct matplotlib style (color, marker, line style) per implementation name, in
+    order, so that lines lying on top of each other stay distinguishable: markers are hollow and
+    of different shapes. Pass ``**line_styles(names)[name]`` to ``ax.plot``."""
+    return {
+        name: dict(
+            color=_COLORS[i % len(_COLORS)],
+            marker=_MARKERS[i % len(_MARKERS)],
+            linestyle=("-", "--", "-.")[(i // len(_COLORS)) % 3],
+            markerfacecolor="none",
+            markersize=7 if i % 2 else 5,
+        )
+        for i, name in enumerate(names)
+    }
+
+
 def plot_sweep(
     results: Sequence[Result],
     *,
@@ -934,8 +974,11 @@ def plot_sweep(
     axes=None,
 ):
     """Log-log plots of median time and peak memory against sequence length L, one line per
-    implementation, a dashed L² guide line through the largest value at the longest L, and (memory
-    panel) the analytic size of one score matrix. Returns the figure."""
+    implementation (styles from :func:`line_styles` of ``implementations`` when given, so that a
+    name keeps its style across plots), vertical bars one IQR long centred on each
+    median time, a dashed L² guide line through the largest value at the longest L, and (memory
+    panel) the analytic size of one score matrix. The legend is outside, right of the memory
+    panel. Returns the figure."""
     import matplotlib.pyplot as plt
 
     rows = [
@@ -947,23 +990,32 @@ def plot_sweep(
         raise ValueError(f"no successful results with mode={mode!r} and dtype={dtype!r} to plot")
     names = list(dict.fromkeys(r.implementation for r in rows))
     names = [n for n in names if implementations is None or n in implementations]
+    styles = line_styles(
+        names if implementations is None else implementations
+    )  # same in every plot
     if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+        fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     fig = axes[0].figure
     lengths = sorted({r.length for r in rows})
     panels = (
-        (axes[0], "median_s", 1.0, "median time per call (s)"),
+        (axes[0], "median_s", 1.0, "median time per call (s); bars: IQR"),
         (axes[1], "peak_bytes", 2.0**20, "peak memory of one call (MiB)"),
     )
     for ax, quantity, unit, label in panels:
         for name in names:
-            points = sorted(
-                (r.length, getattr(r, quantity) / unit)
-                for r in rows
-                if r.implementation == name and getattr(r, quantity)
+            mine = sorted(
+                (r for r in rows if r.implementation == name and getattr(r, quantity)),
+                key=lambda r: r.length,
             )
-            if points:
-                ax.plot(*zip(*points), marker="o", label=name)
+            if not mine:
+                continue
+            values = [getattr(r, quantity) / unit for r in mine]
+            ax.plot([r.length for r in mine], values, label=name, **styles[name])
+            spread = [(r.length, v, r.iqr_s / unit) for r, v in zip(mine, values) if r.iqr_s]
+            if quantity == "median_s" and spread:
+                L, v, iqr = zip(*spread)
+                low = [max(m - q / 2, m / 10) for m, q in zip(v, iqr)]  # a log axis stays > 0
+                ax.vlines(L, low, [m + q / 2 for m, q in zip(v, iqr)], color=styles[name]["color"])
         ends = [
             (r.length, getattr(r, quantity) / unit)
             for r in rows
@@ -989,9 +1041,9 @@ def plot_sweep(
     first = rows[0]
     fig.suptitle(
         f"{mode}, {first.dtype if dtype is None else dtype} on {first.device}, "
-        f"B={first.batch} E={first.embed_dim} H={first.heads}"
+        f"B={first.batch}, d_model={first.embed_dim}, h={first.heads}"
     )
-    axes[1].legend(fontsize=7, loc="upper left")
+    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
     return fig
 

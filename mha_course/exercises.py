@@ -36,6 +36,12 @@ EXERCISES: list[Exercise] = [
     ),
     Exercise("EncoderLayer", "04", checks.check_encoder_layer, reference.EncoderLayer),
     Exercise("load_layer", "05", checks.check_load_layer, reference.load_layer),
+    Exercise(
+        "attention_in_blocks",
+        "06",
+        checks.check_attention_in_blocks,
+        reference.attention_in_blocks,
+    ),
 ]
 
 

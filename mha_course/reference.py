@@ -7,6 +7,8 @@ package's own implementation (the package is the one place the maths is written)
 
 from __future__ import annotations
 
+import math
+
 import torch
 from einops import rearrange
 
@@ -22,6 +24,7 @@ __all__ = [
     "positional_encoding",
     "EncoderLayer",
     "load_layer",
+    "attention_in_blocks",
 ]
 
 
@@ -117,3 +120,23 @@ def load_layer(layer, weights, i):
     )
 
     _load_layer(layer, weights, i)
+
+
+def attention_in_blocks(q, k, v, block_size):
+    """Lesson 06: softmax(q kᵀ / √d_k) v, reading the keys ``block_size`` at a time with the online
+    softmax (a running max m, a running sum ℓ of exp(s - m), an unnormalised output o, rescaled
+    whenever m rises). q (..., L, D), k (..., S, D), v (..., S, Dv) -> (..., L, Dv); the largest
+    scores tensor it holds is (..., L, block_size). Written here only: the package's attention
+    calls the fused kernels that do this (``torch.nn.functional.scaled_dot_product_attention``)."""
+    m = q.new_full(q.shape[:-1] + (1,), -math.inf)  # running max of each query's scores
+    sum_exp = q.new_zeros(q.shape[:-1] + (1,))  # ℓ: running sum of exp(s - m)
+    o = q.new_zeros(q.shape[:-1] + v.shape[-1:])  # running sum of exp(s - m) · v
+    for j in range(0, k.size(-2), block_size):
+        s = q @ k[..., j : j + block_size, :].transpose(-2, -1) / math.sqrt(q.size(-1))
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        rescale = torch.exp(m - m_new)
+        p = torch.exp(s - m_new)
+        sum_exp = sum_exp * rescale + p.sum(dim=-1, keepdim=True)
+        o = o * rescale + p @ v[..., j : j + block_size, :]
+        m = m_new
+    return o / sum_exp

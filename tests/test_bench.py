@@ -236,7 +236,7 @@ def test_table_shows_every_result_and_the_ratio_to_torch():
         **TINY,
     )
     table = bench.to_table(sweep)
-    assert "forward, float32 on cpu, B=2 E=16 H=2" in table and "1 threads" in table
+    assert "forward, float32 on cpu, B=2 E=16 H=2" in table and "| 1 thread |" in table
     torch_row = next(line for line in table.splitlines() if line.startswith("torch MHA  "))
     assert " 1.00 " in torch_row
     assert "wrong: relative error" in table
@@ -287,8 +287,25 @@ def test_summary_quotes_the_lesson_ratios_and_memory_growth():
     text = bench.summary(results)
     assert "time package MHA / torch MHA: 1.00 (L=64), 2.00 (L=128), 2.00 (L=256)" in text
     assert "time SDPA / loop over heads: 0.25 (L=64), 0.12 (L=128), 0.06 (L=256)" in text
-    assert "peak memory ∝ L^p from L=128 to 256: p = " in text
-    assert "loop over heads 2.00" in text and "SDPA 1.00" in text
+    assert "peak memory ∝ L^p, p fitted over L = 64, 128, 256:" in text
+    rows = [line.split() for line in text.splitlines() if "  p = " in line]
+    assert ["loop", "over", "heads", "p", "=", "2.00"] in rows and [
+        "SDPA",
+        "p",
+        "=",
+        "1.00",
+    ] in rows
+    assert len(rows) == 4  # one row per implementation, a table rather than one long line
+    two = bench.summary(results, fit_lengths=2)
+    assert "fitted over L = 128, 256:" in two and "loop over heads  p = 2.00" in two
+
+
+def test_memory_slope_is_a_least_squares_fit_over_the_long_end():
+    # quadratic (1, 4, 16) with a spike at the middle length: a slope from the two longest lengths
+    # is thrown off, the least-squares fit over three (equally spaced in log L) is not
+    results = synthetic("spiky", [1.0, 8.0, 16.0], [100, 800, 1600])
+    assert bench.growth_exponent(results, "spiky", "median_s", min_length=128) == pytest.approx(1.0)
+    assert bench.growth_exponent(results, "spiky", "median_s") == pytest.approx(2.0)
 
 
 def test_plot_sweep_draws_time_and_memory_log_log_with_an_L2_guide():
@@ -309,8 +326,30 @@ def test_plot_sweep_draws_time_and_memory_log_log_with_an_L2_guide():
     assert scores.get_label() == "one (B, H, L, L) score matrix"
     assert list(scores.get_ydata()) == pytest.approx([8 * L * L / 2**20 for L in (64, 128, 256)])
     assert "time" in time_ax.get_ylabel() and "memory" in memory_ax.get_ylabel()
+    assert "d_model=8, h=2" in fig._suptitle.get_text()
     with pytest.raises(ValueError, match="no successful results"):
         bench.plot_sweep(results, mode=BACKWARD)
+
+
+def test_plot_sweep_draws_iqr_bars_distinct_styles_and_an_outside_legend():
+    results = [
+        dataclasses.replace(r, iqr_s=0.2 * r.median_s)
+        for r in synthetic("a", [1.0, 4.0, 16.0], [100, 400, 1600])
+    ] + synthetic("b", [1.0, 4.0, 16.0], [100, 400, 1600])  # b lies on a, and has no IQR
+    fig = bench.plot_sweep(results)
+    time_ax, memory_ax = fig.axes[:2]
+    (bars,) = time_ax.collections  # one set of bars: only "a" has an IQR
+    segments = bars.get_segments()
+    assert [tuple(seg[:, 0]) for seg in segments] == [(64, 64), (128, 128), (256, 256)]
+    assert [seg[1, 1] - seg[0, 1] for seg in segments] == pytest.approx([0.2, 0.8, 3.2])
+    assert not memory_ax.collections
+    a, b = time_ax.get_lines()[:2]
+    assert a.get_marker() != b.get_marker() and a.get_color() != b.get_color()
+    assert a.get_markerfacecolor() == "none"  # hollow: a line underneath stays visible
+    legend = memory_ax.get_legend()
+    assert legend is not None and legend.get_bbox_to_anchor().x0 > memory_ax.bbox.x1
+    styles = bench.line_styles([f"impl {i}" for i in range(14)])
+    assert len({(s["color"], s["marker"], s["linestyle"]) for s in styles.values()}) == 14
 
 
 def test_table_warns_when_the_matmul_rate_moved_during_a_block():
@@ -395,3 +434,20 @@ def test_cli_quick_prints_a_table_and_writes_json(tmp_path):
     data = json.loads(out.read_text())
     assert data["environment"]["threads"] == 1
     assert {r["length"] for r in data["results"]} == {16}
+
+
+def test_kernel_refusal_reasons_do_not_carry_torch_source_paths():
+    warning = (
+        "Both fused kernels do not support non-zero dropout. (Triggered internally at "
+        "/build/aten/src/ATen/native/transformers/sdp_utils_cpp.h:241.)"
+    )
+    assert bench._first_sentence(warning) == "Both fused kernels do not support non-zero dropout."
+
+
+def test_a_call_slower_than_the_time_budget_still_gets_three_blocks():
+    import time
+
+    median, iqr, runs = bench.time_call(
+        lambda: time.sleep(0.01), threads=1, min_run_time=0.001, max_run_time=0.001, warmup=0
+    )
+    assert runs == 3 and 0.009 < median < 0.1 and iqr >= 0

@@ -95,6 +95,16 @@ def test_exercise_source_keeps_comments_and_drops_code():
     )
 
 
+def test_exercise_source_keeps_the_depth_of_nested_comments_inside_them():
+    source = (
+        "def f(xs):\n    # BEGIN SOLUTION\n    # 1. loop\n    for x in xs:\n        # 1a. print it\n"
+        "        print(x)\n    # END SOLUTION\n"
+    )
+    assert authoring.exercise_source(source) == (
+        "def f(xs):\n    # 1. loop\n    #     1a. print it\n    " + authoring.TODO + "\n"
+    )
+
+
 @pytest.mark.parametrize(
     "source",
     [

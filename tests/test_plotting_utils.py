@@ -41,7 +41,9 @@ def test_grid_has_one_panel_per_head(shape, panels):
     fig = plot_attention_grid(torch.rand(shape), ["a", "b", "c", "d"])
     heatmaps = [ax for ax in fig.axes if ax.get_title().startswith("head")]
     assert len(heatmaps) == panels and all(ax.has_data() for ax in heatmaps)
-    assert len(fig.axes) - len(heatmaps) - (8 - panels if len(shape) == 3 else 0) == 1  # one shared colorbar
+    assert (
+        len(fig.axes) - len(heatmaps) - (8 - panels if len(shape) == 3 else 0) == 1
+    )  # one shared colorbar
     assert all(im.get_clim() == (0.0, 1.0) for ax in heatmaps for im in ax.get_images())
     plt.close("all")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._core import ExerciseFailure, NotDoneYet
 from .attention import check_scaled_dot_product_attention, check_softmax
 from .encoder import check_encoder_layer
+from .fast import check_attention_in_blocks
 from .layers import check_layer_norm, check_positional_encoding
 from .multihead import check_multi_head_attention
 from .pretrained import check_load_layer, check_weight_map
@@ -20,6 +21,7 @@ __all__ = [
     "check_encoder_layer",
     "check_load_layer",
     "check_weight_map",
+    "check_attention_in_blocks",
     "yours_or_reference",
 ]
 

@@ -321,8 +321,9 @@ def _torch_masks(mask: torch.Tensor | None):
 
 @checker(
     "multi_head_attention",
-    "Write forward: project with q_proj, k_proj, v_proj, split into heads, "
-    "attend (with your scaled_dot_product_attention), merge the heads, out_proj.",
+    "Write __init__ (self.num_heads and the four Linears q_proj, k_proj, v_proj, out_proj) and "
+    "forward: project, split into heads, attend (with your scaled_dot_product_attention), merge "
+    "the heads, out_proj.",
 )
 def check_multi_head_attention(candidate) -> int:
     """Check ``candidate(embed_dim, num_heads)`` (a MultiHeadAttention class with ``q_proj``, ``k_proj``,
