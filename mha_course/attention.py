@@ -20,12 +20,20 @@ from ._validate import (
     shape_str,
 )
 
-__all__ = ["scaled_dot_product_attention", "masked_softmax", "causal_mask"]
+__all__ = ["scaled_dot_product_attention", "masked_softmax", "nothing_to_attend", "causal_mask"]
 
 
 def causal_mask(L: int, S: int, device=None) -> torch.Tensor:
     """Bool (L, S) mask, True where query i may attend to key j, i.e. j <= i (top-left aligned)."""
     return torch.ones(L, S, dtype=torch.bool, device=device).tril()
+
+
+def nothing_to_attend(mask: torch.Tensor) -> torch.Tensor:
+    """The queries a mask leaves with no key at all, shape (..., L, 1): for a bool mask
+    (True = may attend) a row of False, for a float mask a row of -inf."""
+    if mask.dtype == torch.bool:
+        return ~mask.any(dim=-1, keepdim=True)
+    return mask.isneginf().all(dim=-1, keepdim=True)
 
 
 def masked_softmax(
@@ -119,12 +127,10 @@ def scaled_dot_product_attention(
         weights = torch.softmax(scores, dim=-1)
     elif attn_mask.dtype == torch.bool:
         scores = scores.masked_fill(~attn_mask, float("-inf"))
-        weights = masked_softmax(scores, nothing_allowed=~attn_mask.any(dim=-1, keepdim=True))
+        weights = masked_softmax(scores, nothing_allowed=nothing_to_attend(attn_mask))
     else:
         scores = scores + attn_mask
-        weights = masked_softmax(
-            scores, nothing_allowed=attn_mask.isneginf().all(dim=-1, keepdim=True)
-        )
+        weights = masked_softmax(scores, nothing_allowed=nothing_to_attend(attn_mask))
     # weights: (..., L, S), each row sums to 1 (or is all 0 for a query with nothing to attend to)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)

@@ -35,7 +35,7 @@ from ._validate import (
     require_tensor,
     shape_str,
 )
-from .attention import causal_mask, masked_softmax
+from .attention import causal_mask, masked_softmax, nothing_to_attend
 
 __all__ = ["MultiHeadAttention"]
 
@@ -348,11 +348,7 @@ def _fused_attention(q, k, v, mask, dropout_p: float, is_causal: bool) -> torch.
     zero output (not NaN, as older kernels give) for a query that may attend to nothing."""
     nothing_allowed = None
     if mask is not None:
-        nothing_allowed = (
-            ~mask.any(-1, keepdim=True)
-            if mask.dtype == torch.bool
-            else mask.isneginf().all(-1, keepdim=True)
-        )
+        nothing_allowed = nothing_to_attend(mask)
         if nothing_allowed.any():  # let those rows attend anywhere, then zero them
             mask = (
                 mask | nothing_allowed
@@ -382,12 +378,12 @@ def _attention_with_weights(q, k, v, mask, dropout_p: float) -> tuple[torch.Tens
     )
     scores = scores.view(B, H, L, S)
     nothing_allowed = None
-    if mask is not None and mask.dtype == torch.bool:
-        scores.masked_fill_(~mask, float("-inf"))
-        nothing_allowed = ~mask.any(-1, keepdim=True)
-    elif mask is not None:
-        scores += mask
-        nothing_allowed = mask.isneginf().all(-1, keepdim=True)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores.masked_fill_(~mask, float("-inf"))
+        else:
+            scores += mask
+        nothing_allowed = nothing_to_attend(mask)
     if nothing_allowed is not None and nothing_allowed.any():
         weights = masked_softmax(scores, nothing_allowed)  # zero weights there, not NaN
     elif scores.requires_grad:

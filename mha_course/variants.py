@@ -31,7 +31,7 @@ from einops import rearrange
 from torch import Tensor
 
 from ._validate import require_positive_int, require_tensor, shape_str
-from .attention import masked_softmax, scaled_dot_product_attention
+from .attention import masked_softmax, nothing_to_attend, scaled_dot_product_attention
 
 __all__ = ["MHAParams", "mha_loop", "mha_einsum", "mha_sdpa", "mha_einops", "VARIANTS"]
 
@@ -244,7 +244,7 @@ def _attention_weights(scores: Tensor, mask: Tensor | None) -> Tensor:
     """Softmax over the keys; masked-out keys get weight 0, a query with no key allowed all zeros."""
     if mask is None:
         return torch.softmax(scores, dim=-1)
-    return masked_softmax(scores.masked_fill(~mask, float("-inf")), ~mask.any(dim=-1, keepdim=True))
+    return masked_softmax(scores.masked_fill(~mask, float("-inf")), nothing_to_attend(mask))
 
 
 # --- (1) a loop over heads ---------------------------------------------------------------------------
