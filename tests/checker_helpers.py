@@ -1,7 +1,9 @@
 """Assertions shared by the checker tests: a checker passes a candidate, or fails it with a message
-that contains given phrases, or calls it not done yet."""
+that contains given phrases, or calls it not done yet. Also the lesson-02 skeleton's __init__,
+which the learner-style answers in the tests build on."""
 
 import pytest
+from torch import nn
 
 from mha_course.checks import ExerciseFailure
 
@@ -28,3 +30,15 @@ def not_done(check, candidate, capsys) -> None:
     assert check(candidate) is None
     assert "not done yet" in capsys.readouterr().out
     assert check.passes(candidate) is False
+
+
+class Projections(nn.Module):
+    """The lesson-02 exercise skeleton's __init__: four nn.Linear(embed_dim, embed_dim)."""
+
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)

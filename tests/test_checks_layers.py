@@ -20,7 +20,7 @@ from mha_course.checks import (
 )
 from mha_course.exercises import by_name
 
-from checker_helpers import fails_with, not_done, passes
+from checker_helpers import Projections, fails_with, not_done, passes
 
 # ---------------------------------------------------------------- LayerNorm
 
@@ -332,16 +332,8 @@ def test_positional_encoding_integer_table_and_not_done(capsys):
 # ---------------------------------------------------------------- encoder layer
 
 
-class LoopFreeMHA(nn.Module):
+class LoopFreeMHA(Projections):
     """A learner's lesson-02 MultiHeadAttention: view/transpose, bool mask True = may attend."""
-
-    def __init__(self, embed_dim, num_heads):
-        super().__init__()
-        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
-        self.q_proj = nn.Linear(embed_dim, embed_dim)
-        self.k_proj = nn.Linear(embed_dim, embed_dim)
-        self.v_proj = nn.Linear(embed_dim, embed_dim)
-        self.out_proj = nn.Linear(embed_dim, embed_dim)
 
     def forward(self, query, key, value, attn_mask=None):
         B, L, E = query.shape

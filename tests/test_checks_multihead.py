@@ -11,34 +11,19 @@ from einops import einsum, rearrange
 from torch import nn
 
 from mha_course import reference
-from mha_course.checks import ExerciseFailure, check_multi_head_attention
+from mha_course.checks import check_multi_head_attention
+
+import checker_helpers as shared
+from checker_helpers import Projections
 
 
 def passes(candidate, capsys):
-    check_multi_head_attention(candidate)
-    out = capsys.readouterr().out
+    out = shared.passes(check_multi_head_attention, candidate, capsys)
     assert out.startswith("✅ multi_head_attention: all 5 cases"), out
 
 
 def fails_with(candidate, *phrases):
-    with pytest.raises(ExerciseFailure) as failure:
-        check_multi_head_attention(candidate)
-    message = str(failure.value)
-    for phrase in phrases:
-        assert phrase in message, f"{phrase!r} not in:\n{message}"
-    return message
-
-
-class Projections(nn.Module):
-    """The exercise skeleton's __init__: four nn.Linear(embed_dim, embed_dim)."""
-
-    def __init__(self, embed_dim, num_heads):
-        super().__init__()
-        self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
-        self.q_proj = nn.Linear(embed_dim, embed_dim)
-        self.k_proj = nn.Linear(embed_dim, embed_dim)
-        self.v_proj = nn.Linear(embed_dim, embed_dim)
-        self.out_proj = nn.Linear(embed_dim, embed_dim)
+    return shared.fails_with(check_multi_head_attention, candidate, *phrases)
 
 
 # ---------------------------------------------------------------- correct answers, four ways
