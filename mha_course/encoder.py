@@ -139,9 +139,8 @@ class EncoderLayer(nn.Module):
         self._check_input(src)
         self._check_masks(src, src_mask, src_key_padding_mask)
         x = src
-        if (
-            self.norm_first
-        ):  # pre-LN: normalise each sub-layer's input, keep the residual path clean
+        if self.norm_first:
+            # pre-LN: normalise each sub-layer's input, keep the residual path clean
             attended, weights = self._sa_block(
                 self.norm1(x), src_mask, src_key_padding_mask, is_causal, need_weights
             )
@@ -268,22 +267,10 @@ class Encoder(nn.Module):
             is_causal = _is_causal_mask(mask, src, self.layers[0])
         output, all_weights = src, []
         for layer in self.layers:
+            output = layer(output, mask, src_key_padding_mask, is_causal, need_weights=need_weights)
             if need_weights:
-                output, weights = layer(
-                    output,
-                    src_mask=mask,
-                    src_key_padding_mask=src_key_padding_mask,
-                    is_causal=is_causal,
-                    need_weights=True,
-                )
+                output, weights = output
                 all_weights.append(weights)
-            else:
-                output = layer(
-                    output,
-                    src_mask=mask,
-                    src_key_padding_mask=src_key_padding_mask,
-                    is_causal=is_causal,
-                )
         if self.norm is not None:
             output = self.norm(output)
         return (output, all_weights) if need_weights else output
