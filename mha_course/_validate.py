@@ -50,6 +50,15 @@ def require_positive_int(name: str, value) -> None:
         raise ValueError(f"{name} must be a positive int, got {value}")
 
 
+def require_divisible(name: str, value: int, by_name: str, by: int) -> None:
+    """``value`` splits into ``by`` equal parts, e.g. embed_dim into num_heads heads."""
+    if value % by != 0:
+        raise ValueError(
+            f"{name} ({value}) must be divisible by {by_name} ({by}): each head gets "
+            f"{name} / {by_name} features, and {value} / {by} is not a whole number"
+        )
+
+
 def require_probability(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
