@@ -1,14 +1,29 @@
-"""Test-session set-up shared by the unit tests and the notebook runs (nbval)."""
+"""Test-session set-up shared by the unit tests and the notebook runs (nbval).
+
+Two rules protect a learner's work while the tests run in their checkout:
+
+* only the course's own notebooks are collected (both versions of each lesson), never a learner's
+  copy, a backup, or anything under ``my_work/``;
+* every notebook runs against a private, freshly seeded work folder (``MHA_COURSE_WORK_DIR``), so
+  the tests never read or write the learner's ``my_work/``, and each notebook runs the same
+  whatever ran before it (which is what lets the notebooks run in parallel).
+"""
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 # Build matplotlib's font cache now: on a fresh machine the first import prints a notice on
 # stderr, which nbval would compare against the notebook's saved (clean) output.
 import matplotlib.font_manager  # noqa: E402,F401
 from hypothesis import settings  # noqa: E402
+
+from tools import authoring  # noqa: E402
 
 # Reproducible property tests: the same examples on every run, no time limit per example.
 settings.register_profile("course", derandomize=True, deadline=None, print_blob=True)
@@ -18,3 +33,36 @@ settings.load_profile("course")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+LESSON_NOTEBOOKS = {p.resolve() for p in authoring.lesson_notebooks()}
+NOT_COLLECTED = {"my_work", ".history", ".ipynb_checkpoints"}
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    """Collect the course's notebooks only: not a learner's copy, a backup or my_work/."""
+    if collection_path.name in NOT_COLLECTED:
+        return True
+    if collection_path.suffix == ".ipynb" and collection_path.resolve() not in LESSON_NOTEBOOKS:
+        return True
+    return None
+
+
+_private_dirs: list[str] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before a notebook's kernel starts (nbval starts it when the notebook's first cell is set
+    up), point it at a private work folder seeded for that notebook."""
+    notebook = getattr(item, "parent", None)
+    if getattr(notebook, "path", Path()).suffix != ".ipynb" or notebook.kernel is not None:
+        return
+    _private_dirs.append(tempfile.mkdtemp(prefix="mha-course-"))
+    folder = authoring.seed_work_dir(Path(_private_dirs[-1]) / "my_work", notebook.path)
+    os.environ[authoring.WORK_DIR_VARIABLE] = str(folder)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    os.environ.pop(authoring.WORK_DIR_VARIABLE, None)
+    while _private_dirs:
+        shutil.rmtree(_private_dirs.pop(), ignore_errors=True)

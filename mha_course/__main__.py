@@ -1,19 +1,66 @@
-"""``python -m mha_course doctor``: the pre-flight check (see :mod:`mha_course.doctor`)."""
+"""The course's commands for learners and instructors.
+
+python -m mha_course doctor          # pre-flight check: can this machine run every lesson?
+python -m mha_course reset 01        # a fresh lesson-01 notebook (the old one is kept)
+python -m mha_course history         # the earlier versions of your answers, kept in my_work/
+"""
 
 import argparse
 import sys
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mha_course")
+    parser = argparse.ArgumentParser(
+        prog="python -m mha_course",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="check that this machine can run every lesson")
+    reset = sub.add_parser(
+        "reset", help="a fresh exercise notebook for one lesson; the old one is kept"
+    )
+    reset.add_argument("lesson", help="the lesson's number, e.g. 01")
+    history = sub.add_parser(
+        "history", help="list the earlier versions of your answers (my_work/.history/)"
+    )
+    history.add_argument("name", nargs="?", help="one exercise, e.g. softmax (default: all)")
+    history.add_argument(
+        "--dir", default=None, help="the my_work folder (default: notebooks/my_work of this course)"
+    )
     args = parser.parse_args(argv)
     if args.command == "doctor":
         from .doctor import main as doctor
 
         return doctor()
-    return 2
+    if args.command == "reset":
+        from .lessons import reset as reset_lesson
+
+        reset_lesson(args.lesson)
+        return 0
+    return _print_history(args.name, args.dir)
+
+
+def _print_history(name, directory) -> int:
+    from pathlib import Path
+
+    from .lessons import course_directory
+    from .work import history
+
+    if directory is None:
+        directory = course_directory() / "notebooks" / "my_work"
+    versions = history(name, Path(directory))
+    if not versions:
+        print(f"no earlier versions in {directory}/.history/")
+        return 0
+    print(f"earlier versions, oldest first (in {directory}/.history/):")
+    for path in versions:
+        print(f"  {path.name}")
+    print(
+        "To use one again, copy its code into the exercise cell and run the cell "
+        "(your current answer is then kept in the history too)."
+    )
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
 """What the notebooks' shared first cell calls, and how a lesson builds on the learner's
 answers from earlier lessons.
 
-An exercise cell starts with the line ``# exercise: <name>``. Each time such a cell runs, its
-code is saved to ``my_work/<name>.py`` next to the notebook, so a later lesson can load it with
+An exercise cell starts with the line ``# exercise: <name>``. Each time such a cell runs with an
+answer in it, its code is saved to ``my_work/<name>.py`` next to the notebook (see
+:mod:`mha_course.work` for how earlier versions are kept), so a later lesson can load it with
 :func:`load_your_work`: the learner's own attention, multi-head attention and LayerNorm become
-the parts of their encoder.
+the parts of their encoder. The last run of every exercise cell is also remembered
+(:func:`last_run`), so a check can say when the cell it is about to test did not run.
 """
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,11 +19,9 @@ import torch
 
 from .exercises import EXERCISES
 from .utils import get_device, seed_everything
+from .work import exercise_name, is_answer, save_answer, work_dir
 
-__all__ = ["start", "load_your_work", "WORK_DIR", "EXERCISE_MARKER"]
-
-WORK_DIR = Path("my_work")
-EXERCISE_MARKER = re.compile(r"^\s*# exercise: (\w+)")
+__all__ = ["start", "load_your_work", "last_run", "ExerciseRun"]
 
 # Imports available to saved answers when a later lesson loads them (the lessons' own imports).
 _PREAMBLE = """\
@@ -50,15 +50,51 @@ def _set_plot_style() -> None:
     plt.rcParams.update({"figure.dpi": 90, "axes.grid": False, "figure.max_open_warning": 0})
 
 
-def save_exercise_cell(source: str, directory: Path = WORK_DIR) -> Path | None:
-    """Save a cell that starts with ``# exercise: <name>`` to ``<directory>/<name>.py``."""
-    match = EXERCISE_MARKER.match(source)
-    if match is None:
-        return None
-    directory.mkdir(exist_ok=True)
-    path = directory / f"{match.group(1)}.py"
-    path.write_text(source if source.endswith("\n") else source + "\n", encoding="utf-8")
-    return path
+# ---------------------------------------------------------------- exercise cells, as they run
+
+
+@dataclass(frozen=True)
+class ExerciseRun:
+    """How the last run of an exercise cell went."""
+
+    name: str
+    succeeded: bool
+    error: str | None = None  # e.g. "SyntaxError: invalid syntax (line 12)"
+
+
+_LAST_RUNS: dict[str, ExerciseRun] = {}
+
+
+def last_run(name: str) -> ExerciseRun | None:
+    """The last run of the ``# exercise: <name>`` cell in this kernel, or None if it never ran."""
+    return _LAST_RUNS.get(name)
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, SyntaxError):
+        return f"{type(error).__name__}: {error.msg} (line {error.lineno})"
+    return f"{type(error).__name__}: {error}"
+
+
+def after_exercise_cell(source: str, error: BaseException | None = None) -> None:
+    """Remember how an exercise cell's run went; save it to my_work/ when it ran and is an answer.
+
+    A cell that is still the skeleton is never saved. If an answer to it was saved earlier, say
+    where it is, so a learner with a fresh notebook can bring it back."""
+    name = exercise_name(source)
+    if name is None:
+        return
+    _LAST_RUNS[name] = ExerciseRun(name, error is None, None if error is None else _describe(error))
+    if error is not None:
+        return
+    if is_answer(source):
+        save_answer(source)
+    elif (work_dir() / f"{name}.py").exists():
+        print(
+            f"(Your earlier answer is kept in my_work/{name}.py; this cell is still the skeleton. "
+            f"To bring your answer back, replace this cell's code with `%load my_work/{name}.py`, "
+            f"run it, then run it once more.)"
+        )
 
 
 def _watch_exercise_cells() -> None:
@@ -71,8 +107,7 @@ def _watch_exercise_cells() -> None:
         return
 
     def after_cell(result) -> None:
-        if result.success:
-            save_exercise_cell(result.info.raw_cell)
+        after_exercise_cell(result.info.raw_cell, result.error_before_exec or result.error_in_exec)
 
     callbacks = shell.events.callbacks["post_run_cell"]
     if not any(
@@ -82,15 +117,18 @@ def _watch_exercise_cells() -> None:
         shell.events.register("post_run_cell", after_cell)
 
 
+# ---------------------------------------------------------------- answers from earlier lessons
+
+
 def load_your_work(
-    directory: Path | str = WORK_DIR, *, before: str | None = None, quiet: bool = False
+    directory: Path | str | None = None, *, before: str | None = None, quiet: bool = False
 ) -> SimpleNamespace:
     """Your answers from earlier lessons, each checked again; where one is missing or does not
     pass its checker, the course's reference takes its place. Prints which is which.
 
     ``before="04"`` lists only the exercises of lessons 00-03 (all of them are loaded either way).
     """
-    directory = Path(directory)
+    directory = work_dir() if directory is None else Path(directory)
     namespace: dict = {}
     exec(_PREAMBLE, namespace)
     lines = []
@@ -104,7 +142,7 @@ def load_your_work(
                 + ("yours ✅" if status == "yours" else f"course reference (yours: {status})")
             )
     if not quiet:
-        print(f"Answers loaded from {directory}/:")
+        print("Answers loaded from my_work/:")
         print("\n".join(lines))
         if any("not found" in line for line in lines):
             print(

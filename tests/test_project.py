@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mha_course import authoring
+from tools import authoring
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -1,4 +1,5 @@
-"""The notebooks as files: generated versions up to date, clean metadata, shared set-up cell.
+"""The notebooks as files (tools/authoring.py): generated versions up to date, clean metadata,
+shared set-up cell, badges and links.
 
 (nbval re-executes them and compares the outputs; this file checks what nbval does not.)
 """
@@ -10,12 +11,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mha_course import authoring
+from mha_course import lessons
 from mha_course.exercises import EXERCISES
+from tools import authoring
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL = sorted(ROOT.glob("notebooks/**/*.ipynb"))
-ALL = [p for p in ALL if ".ipynb_checkpoints" not in p.parts and "backup" not in p.name]
+ALL = authoring.lesson_notebooks()
+
+
+def test_lesson_notebooks_are_both_versions_of_every_lesson():
+    assert len(ALL) == 2 * len(authoring.solution_paths()) and all(p.exists() for p in ALL)
 
 
 def test_there_is_a_solution_and_an_exercise_version_of_every_lesson():
@@ -26,7 +31,7 @@ def test_there_is_a_solution_and_an_exercise_version_of_every_lesson():
 
 def test_exercise_notebooks_are_not_stale():
     problems = authoring.stale_notebooks()
-    assert not problems, "run `python -m mha_course.authoring build`:\n" + "\n".join(problems)
+    assert not problems, "run `python tools/authoring.py build`:\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(ROOT)))
@@ -54,14 +59,14 @@ def test_notebook_hygiene(path):
 def test_exercise_version_has_skeletons_and_hints(path):
     solution = nbformat.read(path, as_version=4)
     exercise = nbformat.read(authoring.exercise_path(path), as_version=4)
-    n_blocks = sum(c.source.count(authoring.BEGIN) for c in solution.cells if c.cell_type == "code")
+    n_blocks = sum(c.source.count(lessons.BEGIN) for c in solution.cells if c.cell_type == "code")
     n_todo = sum(
         c.source.count("raise NotImplementedError") for c in exercise.cells if c.cell_type == "code"
     )
     assert n_todo == n_blocks
-    assert not any(authoring.BEGIN in c.source for c in exercise.cells)
+    assert not any(lessons.BEGIN in c.source for c in exercise.cells)
     for cell in solution.cells:
-        if cell.cell_type == "code" and authoring.BEGIN in cell.source:
+        if cell.cell_type == "code" and lessons.BEGIN in cell.source:
             assert cell.source.lstrip().startswith("# exercise: "), (
                 "an exercise cell starts with its marker"
             )
@@ -88,36 +93,6 @@ def test_every_registered_exercise_has_a_cell_and_a_hint():
         assert "Hint" in following, f"{exercise.name}: put a hint right after the exercise cell"
 
 
-def test_exercise_source_keeps_comments_and_drops_code():
-    source = "def f(x):\n    # BEGIN SOLUTION\n    # 1. double it\n    y = 2 * x\n    return y\n    # END SOLUTION\n"
-    assert authoring.exercise_source(source) == (
-        "def f(x):\n    # 1. double it\n    " + authoring.TODO + "\n"
-    )
-
-
-def test_exercise_source_keeps_the_depth_of_nested_comments_inside_them():
-    source = (
-        "def f(xs):\n    # BEGIN SOLUTION\n    # 1. loop\n    for x in xs:\n        # 1a. print it\n"
-        "        print(x)\n    # END SOLUTION\n"
-    )
-    assert authoring.exercise_source(source) == (
-        "def f(xs):\n    # 1. loop\n    #     1a. print it\n    " + authoring.TODO + "\n"
-    )
-
-
-@pytest.mark.parametrize(
-    "source",
-    [
-        "# BEGIN SOLUTION\nx = 1\n",
-        "x = 1\n# END SOLUTION\n",
-        "# BEGIN SOLUTION\n# BEGIN SOLUTION\n# END SOLUTION\n",
-    ],
-)
-def test_unbalanced_markers_are_an_error(source):
-    with pytest.raises(ValueError):
-        authoring.exercise_source(source)
-
-
 def test_setup_cell_installs_from_the_one_repository_url_without_touching_torch():
     cell = authoring.setup_cell_source()
     url = authoring.repository_url()
@@ -125,18 +100,6 @@ def test_setup_cell_installs_from_the_one_repository_url_without_touching_torch(
     assert f"git+{url}@{authoring.release_tag()}" in cell
     assert "-c /tmp/keep-torch.txt" in cell and "torch=={torch.__version__}" in cell
     assert 'if "google.colab" in sys.modules:' in cell
-
-
-def test_reset_backs_up_and_regenerates(tmp_path, monkeypatch):
-    solution = authoring.solution_paths()[0]
-    monkeypatch.setattr(authoring, "NOTEBOOKS", tmp_path)
-    target = tmp_path / solution.name
-    target.write_text("my work", encoding="utf-8")
-    authoring.reset(solution.name[:2])
-    backups = list(tmp_path.glob("*.backup-*.ipynb"))
-    assert len(backups) == 1 and backups[0].read_text(encoding="utf-8") == "my work"
-    fresh = nbformat.read(target, as_version=4)
-    assert not any(authoring.BEGIN in c.source for c in fresh.cells)
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(ROOT)))

@@ -1,9 +1,11 @@
-"""Saving exercise answers and loading them in later lessons; the fallback to the reference."""
+"""What the set-up cell starts: exercise cells watched and saved, answers loaded in later
+lessons, and the fallback to the reference."""
 
 import torch
 
 from mha_course import checks, reference
-from mha_course.notebook import load_your_work, save_exercise_cell
+from mha_course.notebook import after_exercise_cell, last_run, load_your_work
+from mha_course.work import save_answer
 
 GOOD_SOFTMAX = """# exercise: softmax
 def softmax(scores):
@@ -15,14 +17,38 @@ def softmax(scores):
 """
 
 
-def test_only_exercise_cells_are_saved(tmp_path):
-    assert save_exercise_cell("x = 1", tmp_path) is None
-    path = save_exercise_cell(GOOD_SOFTMAX, tmp_path / "my_work")
-    assert path.name == "softmax.py" and path.read_text() == GOOD_SOFTMAX
+def test_an_exercise_cell_that_ran_is_saved_and_remembered(tmp_path, monkeypatch):
+    monkeypatch.setenv("MHA_COURSE_WORK_DIR", str(tmp_path))
+    after_exercise_cell("x = 1")
+    after_exercise_cell(GOOD_SOFTMAX)
+    assert (tmp_path / "softmax.py").read_text() == GOOD_SOFTMAX
+    assert last_run("softmax").succeeded and last_run("softmax").error is None
+
+
+def test_a_cell_that_failed_is_remembered_and_not_saved(tmp_path, monkeypatch):
+    monkeypatch.setenv("MHA_COURSE_WORK_DIR", str(tmp_path))
+    broken = "# exercise: LayerNorm\nclass LayerNorm(:\n"
+    try:
+        compile(broken, "<cell>", "exec")
+    except SyntaxError as error:
+        after_exercise_cell(broken, error)
+    run = last_run("LayerNorm")
+    assert not run.succeeded and run.error.startswith("SyntaxError") and "(line 2)" in run.error
+    assert not (tmp_path / "LayerNorm.py").exists()
+
+
+def test_a_skeleton_run_points_to_the_answer_saved_earlier(tmp_path, monkeypatch, capsys):
+    from mha_course.lessons import TODO
+
+    monkeypatch.setenv("MHA_COURSE_WORK_DIR", str(tmp_path))
+    after_exercise_cell(GOOD_SOFTMAX)
+    after_exercise_cell(f"# exercise: softmax\ndef softmax(scores):\n    {TODO}\n")
+    assert (tmp_path / "softmax.py").read_text() == GOOD_SOFTMAX
+    assert "%load my_work/softmax.py" in capsys.readouterr().out
 
 
 def test_load_your_work_uses_yours_when_it_passes(tmp_path, capsys):
-    save_exercise_cell(GOOD_SOFTMAX, tmp_path)
+    save_answer(GOOD_SOFTMAX, tmp_path)
     work = load_your_work(tmp_path)
     assert work.softmax is not reference.softmax
     assert torch.allclose(work.softmax(torch.zeros(2)), torch.tensor([0.5, 0.5]))
@@ -32,7 +58,7 @@ def test_load_your_work_uses_yours_when_it_passes(tmp_path, capsys):
 
 
 def test_load_your_work_falls_back_when_yours_is_wrong_or_broken(tmp_path, capsys):
-    save_exercise_cell(WRONG_SOFTMAX, tmp_path)
+    save_answer(WRONG_SOFTMAX, tmp_path)
     (tmp_path / "scaled_dot_product_attention.py").write_text(
         "# exercise: scaled_dot_product_attention\n1/0\n"
     )

@@ -1,43 +1,42 @@
-"""Build the course's notebooks: one source per lesson, the learner's version generated from it.
+"""The course authors' tool: build, check and measure the notebooks (not part of the package).
 
-The sources are the solution notebooks in ``notebooks/solutions/``. Inside a code cell, the lines
-between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` are the answer. The exercise notebook in
-``notebooks/`` is the same notebook with every such block replaced by its comment lines (the
-skeleton's step-by-step guide) and a ``raise NotImplementedError``. Markdown cells tagged
-``solution-only`` are dropped from the exercise version.
+One source per lesson: the solution notebook in ``notebooks/solutions/``; the learner's version in
+``notebooks/`` is generated from it (how: :mod:`mha_course.lessons`). This script stamps the
+shared set-up cell and the badges, generates, executes and saves both versions, and checks that
+nothing is stale.
 
-    python -m mha_course.authoring build           # stamp, generate and execute every notebook
-    python -m mha_course.authoring build 02        # only lesson 02 (both versions)
-    python -m mha_course.authoring check           # fail if an exercise notebook is stale
-    python -m mha_course.authoring reset 02        # give a learner a fresh lesson-02 notebook
-    python -m mha_course.authoring stats           # per lesson: words, exercises, run time, memory
+    python tools/authoring.py build           # stamp, generate and execute every notebook
+    python tools/authoring.py build 02        # only lesson 02 (both versions)
+    python tools/authoring.py check           # fail if an exercise notebook is stale
+    python tools/authoring.py stats           # per lesson: words, exercises, run time, memory
+    python tools/authoring.py clean FILES     # clean notebook metadata (for pre-commit)
+
+A learner's fresh notebook is ``python -m mha_course reset 02``, in the package.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+import contextlib
+import os
 import re
-import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: import the course package from this checkout
+    sys.path.insert(0, str(ROOT))
+
+from mha_course import lessons  # noqa: E402
+from mha_course.work import WORK_DIR_VARIABLE, exercise_name  # noqa: E402
+
 NOTEBOOKS = ROOT / "notebooks"
 SOLUTIONS = NOTEBOOKS / "solutions"
-
-BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-TODO = 'raise NotImplementedError("Exercise: write this part, then run the check below.")'
-
-EXERCISE_NOTE = (
-    "> **Exercise version.** Write your answers in the cells that start with `# exercise:`, where it "
-    "says `raise NotImplementedError`, then run the check cell below each one. Stuck? Open the hints "
-    "first; the worked answers are in [`solutions/{name}`](solutions/{name})."
-)
 
 
 def repository_url() -> str:
@@ -50,7 +49,7 @@ def repository_url() -> str:
 
 
 def release_tag() -> str:
-    from . import __version__
+    from mha_course import __version__
 
     return f"v{__version__}"
 
@@ -114,85 +113,22 @@ def setup_cell_source() -> str:
     )
 
 
-# ---------------------------------------------------------------- generating the exercise version
-
-
-def _skeleton(block: list[str], indent: str) -> list[str]:
-    """The solution block's comment lines, then ``raise NotImplementedError``. A comment that sat
-    deeper (inside a loop of the solution) keeps its depth inside the comment, so the skeleton
-    still shows the structure and stays valid, formatter-stable code."""
-    comments = []
-    for line in block:
-        text = line.lstrip()
-        if text.startswith("#"):
-            extra = max(len(line) - len(text) - len(indent), 0)
-            comments.append(f"{indent}#{' ' * extra}{text[1:]}" if extra else f"{indent}{text}")
-    return comments + [f"{indent}{TODO}"]
-
-
-def exercise_source(source: str) -> str:
-    """A code cell's source with each solution block replaced by its skeleton."""
-    out: list[str] = []
-    block: list[str] | None = None
-    indent = ""
-    for line in source.split("\n"):
-        stripped = line.strip()
-        if stripped == BEGIN:
-            if block is not None:
-                raise ValueError(f"nested {BEGIN!r} in cell:\n{source}")
-            block, indent = [], line[: len(line) - len(line.lstrip())]
-        elif stripped == END:
-            if block is None:
-                raise ValueError(f"{END!r} without {BEGIN!r} in cell:\n{source}")
-            out.extend(_skeleton(block, indent))
-            block = None
-        elif block is not None:
-            block.append(line)
-        else:
-            out.append(line)
-    if block is not None:
-        raise ValueError(f"{BEGIN!r} without {END!r} in cell:\n{source}")
-    return "\n".join(out)
-
-
-def has_exercises(nb) -> bool:
-    return any(c.cell_type == "code" and BEGIN in c.source for c in nb.cells)
-
-
-def make_exercise_notebook(solution, name: str):
-    """The learner's version of a solution notebook (outputs cleared: it is executed afterwards)."""
-    nb = copy.deepcopy(solution)
-    cells = []
-    for cell in nb.cells:
-        if "solution-only" in cell.metadata.get("tags", []):
-            continue
-        if cell.cell_type == "code":
-            cell.source = exercise_source(cell.source)
-            cell.outputs, cell.execution_count = [], None
-        cells.append(cell)
-    stamp_badges(nb, f"notebooks/{name}")
-    if has_exercises(solution):
-        note = nbformat.v4.new_markdown_cell(EXERCISE_NOTE.format(name=name))
-        note.metadata["tags"] = ["exercise-note"]
-        note.id = "exercise-note"
-        cells.insert(1, note)
-    nb.cells = cells
-    return nb
-
-
 def _sources(nb) -> list[tuple[str, str, list[str]]]:
     return [(c.cell_type, c.source, sorted(c.metadata.get("tags", []))) for c in nb.cells]
 
 
 def solution_paths(only: list[str] | None = None) -> list[Path]:
-    paths = sorted(SOLUTIONS.glob("[0-9][0-9]_*.ipynb"))
-    if only:
-        paths = [p for p in paths if p.name[:2] in only]
-    return paths
+    return lessons.solution_paths(ROOT, only)
 
 
 def exercise_path(solution: Path) -> Path:
     return NOTEBOOKS / solution.name
+
+
+def lesson_notebooks() -> list[Path]:
+    """Every notebook of the course, both versions: what the tests run, nothing else (no
+    learner's copy, no backup, nothing in my_work/)."""
+    return [p for s in solution_paths() for p in (exercise_path(s), s)]
 
 
 def stale_notebooks() -> list[str]:
@@ -215,7 +151,7 @@ def stale_notebooks() -> list[str]:
                 f"{target.relative_to(ROOT)}: missing (generate it from {path.relative_to(ROOT)})"
             )
             continue
-        expected = make_exercise_notebook(solution, path.name)
+        expected = lessons.make_exercise_notebook(solution, path.name)
         if _sources(nbformat.read(target, as_version=4)) != _sources(expected):
             problems.append(
                 f"{target.relative_to(ROOT)}: stale, differs from what {path.relative_to(ROOT)} generates"
@@ -261,7 +197,52 @@ def clean_file(path: Path) -> bool:
     return True
 
 
-def execute(nb, directory: Path, timeout: int = 900):
+# ---------------------------------------------------------------- a private my_work/ for each run
+
+
+def solution_answers() -> dict[str, str]:
+    """The answer of every exercise, ``{name: the exercise cell's source}``, from the solutions."""
+    answers = {}
+    for path in solution_paths():
+        for cell in nbformat.read(path, as_version=4).cells:
+            name = exercise_name(cell.source) if cell.cell_type == "code" else None
+            if name is not None:
+                answers[name] = cell.source if cell.source.endswith("\n") else cell.source + "\n"
+    return answers
+
+
+def seed_work_dir(directory: Path, notebook: Path) -> Path:
+    """Fill a private work folder for running ``notebook``: a solution notebook finds every
+    lesson's solution answer saved (as a learner who solved them all would), an exercise
+    notebook finds none (as a learner who has written nothing). So each notebook runs the same
+    whatever ran before it, in any order, and never touches a learner's own my_work/."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if notebook.parent.name == "solutions":
+        for name, source in solution_answers().items():
+            (directory / f"{name}.py").write_text(source, encoding="utf-8")
+    return directory
+
+
+@contextlib.contextmanager
+def private_work_dir(notebook: Path):
+    """Run the kernels started inside this block against a fresh work folder for ``notebook``."""
+    before = os.environ.get(WORK_DIR_VARIABLE)
+    with tempfile.TemporaryDirectory(prefix="mha-course-") as tmp:
+        os.environ[WORK_DIR_VARIABLE] = str(seed_work_dir(Path(tmp) / "my_work", notebook))
+        try:
+            yield Path(os.environ[WORK_DIR_VARIABLE])
+        finally:
+            if before is None:
+                os.environ.pop(WORK_DIR_VARIABLE, None)
+            else:
+                os.environ[WORK_DIR_VARIABLE] = before
+
+
+# ---------------------------------------------------------------- executing and saving
+
+
+def execute(nb, path: Path, timeout: int = 900):
+    """Run ``nb`` as the notebook at ``path``: in its folder, against a private work folder."""
     from nbclient import NotebookClient
 
     client = NotebookClient(
@@ -269,9 +250,10 @@ def execute(nb, directory: Path, timeout: int = 900):
         timeout=timeout,
         kernel_name="python3",
         record_timing=False,
-        resources={"metadata": {"path": str(directory)}},
+        resources={"metadata": {"path": str(path.parent)}},
     )
-    client.execute()
+    with private_work_dir(path):
+        client.execute()
     return nb
 
 
@@ -285,11 +267,11 @@ def build(only: list[str] | None = None, run: bool = True) -> None:
         solution = nbformat.read(path, as_version=4)
         stamp_setup_cell(solution)
         stamp_badges(solution, f"notebooks/solutions/{path.name}")
-        exercise = make_exercise_notebook(solution, path.name)
+        exercise = lessons.make_exercise_notebook(solution, path.name)
         for nb, target in ((solution, path), (exercise, exercise_path(path))):
             if run:
                 start = time.perf_counter()
-                execute(nb, target.parent)
+                execute(nb, target)
                 print(f"executed {target.relative_to(ROOT)} in {time.perf_counter() - start:.1f} s")
             write(nb, target)
 
@@ -328,7 +310,8 @@ def lesson_stats(path: Path) -> dict:
     sampler.start()
     start = time.perf_counter()
     try:
-        client.execute()
+        with private_work_dir(path):
+            client.execute()
     finally:
         stop.set()
         sampler.join()
@@ -342,27 +325,9 @@ def lesson_stats(path: Path) -> dict:
     }
 
 
-def reset(lesson: str) -> Path:
-    """Give a learner a fresh exercise notebook; the old one is kept as a backup beside it."""
-    paths = solution_paths([lesson])
-    if not paths:
-        raise SystemExit(
-            f"no lesson {lesson!r}; lessons: {', '.join(p.name[:2] for p in solution_paths())}"
-        )
-    target = exercise_path(paths[0])
-    if target.exists():
-        backup = target.with_name(f"{target.stem}.backup-{time.strftime('%Y%m%d-%H%M%S')}.ipynb")
-        shutil.copy2(target, backup)
-        print(f"your old notebook is saved as {backup.name}")
-    nb = make_exercise_notebook(nbformat.read(paths[0], as_version=4), paths[0].name)
-    write(nb, target)
-    print(f"fresh notebook: {target.name} (run it from the top)")
-    return target
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mha_course.authoring",
+        prog="python tools/authoring.py",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -373,8 +338,6 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("lessons", nargs="*", help="lesson numbers, e.g. 01 02 (default: all)")
     b.add_argument("--no-execute", action="store_true", help="generate only, without running")
     sub.add_parser("check", help="exit 1 if a generated notebook is stale")
-    r = sub.add_parser("reset", help="a fresh exercise notebook for one lesson (old one backed up)")
-    r.add_argument("lesson")
     c = sub.add_parser(
         "clean",
         help="clean notebook metadata in place (kernelspec, no widget state); "
@@ -404,12 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "build":
         build(args.lessons or None, run=not args.no_execute)
-    elif args.command == "check":
+    else:
         problems = stale_notebooks()
         print("\n".join(problems) or "every exercise notebook is up to date")
         return 1 if problems else 0
-    else:
-        reset(args.lesson)
     return 0
 
 
