@@ -19,13 +19,3 @@ def gpu() -> torch.device:
         return torch.device("cpu")
     pytest.skip("no CUDA device here (torch.cuda.is_available() is False); run on a GPU machine")
 
-
-def pytest_collection_modifyitems(config, items):
-    """The browser tests take minutes and need chromium: they run only when asked for by marker
-    (`pytest -m browser`), never in a plain `pytest` run."""
-    if config.option.markexpr:
-        return
-    browser = [item for item in items if item.get_closest_marker("browser")]
-    if browser:
-        config.hook.pytest_deselected(items=browser)
-        items[:] = [item for item in items if not item.get_closest_marker("browser")]
