@@ -103,7 +103,8 @@ def require_tensor(
     rtol: float = 1e-4,
 ) -> None:
     """Fail unless ``got`` is a tensor of ``expected``'s shape, dtype and values; the message names
-    the classic mistake (run on ``args``) that gives what the candidate gave."""
+    the classic mistake (run on ``args``) that gives what the candidate gave. ``what`` names the
+    values, plural ("the scores")."""
     __tracebackhide__ = True  # noqa: F841
     if not isinstance(got, torch.Tensor):
         made = type(got).__name__
@@ -112,13 +113,15 @@ def require_tensor(
             "tuple": " Return only the result, not a tuple.",
             "float": " .item() turns a tensor into a Python number: keep the tensor.",
         }.get(made, "")
-        raise ExerciseFailure(f"Case {case!r}: {what} should be a torch.Tensor, got {made}.{tip}")
+        raise ExerciseFailure(
+            f"Case {case!r}: your result should be a torch.Tensor, got {made}.{tip}"
+        )
     if got.dtype == expected.dtype and _close(got, expected, atol, rtol):
         return
     cause = diagnose(mistakes, got, lambda r: r, *args, atol=atol, rtol=rtol)
-    require_shape(case, what, got, expected.shape, cause or _hint(shape_hint, got))
+    require_shape(case, "your result", got, expected.shape, cause or _hint(shape_hint, got))
     if got.dtype != expected.dtype:
-        _wrong_dtype(case, what, got, expected, _hint(dtype_hint, got))
+        _wrong_dtype(case, got, expected, _hint(dtype_hint, got))
     if expected.dtype == torch.bool:
         _compare_bool(case, what, got, expected, cause or _hint(fallback_cause, got))
     else:
@@ -134,15 +137,17 @@ def require_tensor(
         )
 
 
-def _wrong_dtype(case: str, what: str, got, expected, hint: str) -> None:
+def _wrong_dtype(case: str, got, expected, hint: str) -> None:
     if expected.dtype == torch.bool:
         right = bool(((got != 0) == expected).all())
         verdict = " (its True/False pattern is right)" if right else ""
-        message = f"Case {case!r}: {what} is a {got.dtype} tensor{verdict}; return a bool tensor."
+        message = (
+            f"Case {case!r}: your result is a {got.dtype} tensor{verdict}; return a bool tensor."
+        )
     else:
         message = (
-            f"Case {case!r}: {what} is {got.dtype}, expected {expected.dtype} (the dtype of the "
-            f"inputs)."
+            f"Case {case!r}: your result is {got.dtype}, expected {expected.dtype} (the dtype of "
+            f"the inputs)."
         )
         hint = hint or (
             "a tensor made inside your function with the default dtype; make new tensors like "
@@ -166,7 +171,7 @@ def _compare_bool(case: str, what: str, got, expected, cause: str) -> None:
 
     where = f"row {list(row)}" if row else "all"
     message = [
-        f"Case {case!r}: {what} differs from the reference at {int(wrong.sum())} places, "
+        f"Case {case!r}: {what} differ from the reference at {int(wrong.sum())} places, "
         f"first at {list(first)}.",
         f"  expected {where} = {show(expected)}",
         f"  got      {where} = {show(got)}",
@@ -189,15 +194,17 @@ def require_count(
     __tracebackhide__ = True  # noqa: F841
     if isinstance(got, torch.Tensor):
         raise ExerciseFailure(
-            f"Case {case!r}: {what} should be a Python int, got a tensor; compute it from the "
+            f"Case {case!r}: your result should be a Python int, got a tensor; compute it from the "
             f"ints you are given (B * H * ...), no tensors needed."
         )
     if isinstance(got, bool) or not isinstance(got, numbers.Real):
-        raise ExerciseFailure(f"Case {case!r}: {what} should be an int, got {type(got).__name__}.")
+        raise ExerciseFailure(
+            f"Case {case!r}: your result should be an int, got {type(got).__name__}."
+        )
     if not isinstance(got, numbers.Integral):
         right = " (the number is right)" if got == expected else ""
         raise ExerciseFailure(
-            f"Case {case!r}: {what} should be an int, got the float {got!r}{right}.\n"
+            f"Case {case!r}: your result should be an int, got the float {got!r}{right}.\n"
             f"Likely cause: a / (true division) or a float somewhere; a count of whole things "
             f"is an int: use * and //, and int sizes (dtype.itemsize is an int)."
         )

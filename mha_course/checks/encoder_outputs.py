@@ -82,7 +82,8 @@ _PREVIOUS_MISTAKES = [
 
 def _weights(g, *shape, dtype=torch.float32):
     """Random attention weights: each row (a query) sums to 1 over the keys."""
-    return torch.softmax(2 * randn(g, *shape, dtype=dtype), dim=-1)
+    e = (2 * randn(g, *shape, dtype=dtype)).exp()
+    return e / e.sum(dim=-1, keepdim=True)
 
 
 def _previous_cases():
@@ -91,7 +92,9 @@ def _previous_cases():
     yield "3 heads: weights (3, 6, 6) -> (3,)", _weights(g, 3, 6, 6)
     yield "a batch of 4 heads: weights (2, 4, 5, 5) -> (2, 4)", _weights(g, 2, 4, 5, 5)
     perfect = torch.eye(4).roll(-1, dims=-1)  # query i on key i - 1 ...
-    perfect[0] = torch.tensor([1.0, 0.0, 0.0, 0.0])  # ... and query 0, with no previous token, on itself
+    perfect[0] = torch.tensor(
+        [1.0, 0.0, 0.0, 0.0]
+    )  # ... and query 0, with no previous token, on itself
     yield "a perfect previous-token head (4, 4): the score is 1", perfect
     yield "L = 2: weights (3, 2, 2), one query has a previous token", _weights(g, 3, 2, 2)
     yield "float64: weights (2, 7, 7)", _weights(g, 2, 7, 7, dtype=torch.float64)

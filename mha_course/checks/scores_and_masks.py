@@ -210,7 +210,7 @@ def check_padding_mask(candidate) -> int:
         )
         require_tensor(
             case,
-            "the mask",
+            "the mask's entries",
             got,
             reference.padding_mask(lengths, S),
             _PADDING_MISTAKES,
@@ -278,7 +278,7 @@ def check_causal_mask(candidate) -> int:
         got = call_diagnosed(candidate, case, (L,), _CAUSAL_MISTAKES)
         require_tensor(
             case,
-            "the mask",
+            "the mask's entries",
             got,
             reference.causal_mask(L),
             _CAUSAL_MISTAKES,
