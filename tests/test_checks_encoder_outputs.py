@@ -70,8 +70,14 @@ def test_previous_token_score_wrong_type_and_not_done(capsys):
     fails_with(
         check_previous_token_score,
         lambda w: previous_loop(w).item(),
-        "got float",
-        ".item() turns a tensor into a Python number",
+        "Case '3 heads",
+        "cannot be converted to Scalar",
+        ".item() turns a tensor of one number into a Python number",
+    )
+    fails_with(
+        check_previous_token_score,
+        lambda w: previous_loop(w).tolist(),
+        "your result should be a torch.Tensor, got list",
     )
     not_done(check_previous_token_score, skeleton, capsys)
 

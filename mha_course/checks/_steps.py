@@ -26,6 +26,7 @@ from ._core import (
 )
 
 __all__ = [
+    "check_cases",
     "call_diagnosed",
     "require_tensor",
     "require_count",
@@ -35,7 +36,8 @@ __all__ = [
     "reverse_axes",
 ]
 
-Hint = str | Callable[[torch.Tensor], str | None] | None
+# A hint: a fixed text, or one made from the result and the case's inputs: hint(got, *args).
+Hint = str | Callable[..., str | None] | None
 
 
 def randn(g: torch.Generator, *shape: int, dtype=torch.float32) -> torch.Tensor:
@@ -84,8 +86,8 @@ def call_diagnosed(
         raise ExerciseFailure(f"{head}\nLikely cause: {cause}") from error
 
 
-def _hint(hint: Hint, got: torch.Tensor) -> str:
-    return (hint(got) if callable(hint) else hint) or ""
+def _hint(hint: Hint, got: torch.Tensor, args: Sequence) -> str:
+    return (hint(got, *args) if callable(hint) else hint) or ""
 
 
 def require_tensor(
@@ -119,11 +121,11 @@ def require_tensor(
     if got.dtype == expected.dtype and _close(got, expected, atol, rtol):
         return
     cause = diagnose(mistakes, got, lambda r: r, *args, atol=atol, rtol=rtol)
-    require_shape(case, "your result", got, expected.shape, cause or _hint(shape_hint, got))
+    require_shape(case, "your result", got, expected.shape, cause or _hint(shape_hint, got, args))
     if got.dtype != expected.dtype:
-        _wrong_dtype(case, got, expected, _hint(dtype_hint, got))
+        _wrong_dtype(case, got, expected, _hint(dtype_hint, got, args))
     if expected.dtype == torch.bool:
-        _compare_bool(case, what, got, expected, cause or _hint(fallback_cause, got))
+        _compare_bool(case, what, got, expected, cause or _hint(fallback_cause, got, args))
     else:
         compare(
             case,
@@ -133,7 +135,7 @@ def require_tensor(
             atol=atol,
             rtol=rtol,
             cause=cause,
-            fallback_cause=_hint(fallback_cause, got),
+            fallback_cause=_hint(fallback_cause, got, args),
         )
 
 
@@ -181,6 +183,45 @@ def _compare_bool(case: str, what: str, got, expected, cause: str) -> None:
     raise ExerciseFailure("\n".join(message))
 
 
+def check_cases(
+    candidate: Callable,
+    cases,
+    reference_fn: Callable,
+    mistakes: Sequence[Mistake],
+    *,
+    what: str,
+    crash_hint: str = "",
+    shape_hint: Hint = None,
+    dtype_hint: Hint = None,
+    fallback_cause: Hint = None,
+) -> int:
+    """Run the candidate on each case ``(name, *args)`` and hold its result to ``reference_fn``'s
+    (a tensor, or an int count), naming the classic mistake behind a crash or a wrong result.
+    Returns the number of cases."""
+    __tracebackhide__ = True  # noqa: F841
+    n = 0
+    for case, *args in cases:
+        got = call_diagnosed(candidate, case, args, mistakes, crash_hint)
+        expected = reference_fn(*args)
+        if isinstance(expected, int):
+            require_count(case, what, got, expected, mistakes, args, fallback_cause)
+            n += 1
+            continue
+        require_tensor(
+            case,
+            what,
+            got,
+            expected,
+            mistakes,
+            args,
+            shape_hint=shape_hint,
+            dtype_hint=dtype_hint,
+            fallback_cause=fallback_cause,
+        )
+        n += 1
+    return n
+
+
 def require_count(
     case: str,
     what: str,
@@ -188,7 +229,7 @@ def require_count(
     expected: int,
     mistakes: Sequence[Mistake],
     args: Sequence,
-    fallback_cause: str = "",
+    fallback_cause: Hint = None,
 ) -> None:
     """Fail unless ``got`` is the int ``expected``; name the mistake (run on ``args``) giving ``got``."""
     __tracebackhide__ = True  # noqa: F841
@@ -210,7 +251,8 @@ def require_count(
         )
     if got == expected:
         return
-    cause = next((m.explanation for m in mistakes if _runs_to(m, args) == got), fallback_cause)
+    cause = next((m.explanation for m in mistakes if _runs_to(m, args) == got), None)
+    cause = cause or _hint(fallback_cause, got, args)
     ratio = f" ({got / expected:.3g} × the reference)" if expected else ""
     raise ExerciseFailure(
         f"Case {case!r}: {what} differ from the reference.\n"

@@ -7,7 +7,7 @@ import torch
 
 from .. import reference
 from ._core import Mistake, checker
-from ._steps import call_diagnosed, require_count
+from ._steps import check_cases
 
 __all__ = ["check_attention_flops", "check_scores_memory"]
 
@@ -49,7 +49,7 @@ _FLOPS_MISTAKES = [
 ]
 
 
-def _flops_hint(B, H, L, S, D, got) -> str:
+def _flops_hint(got: int, B: int, H: int, L: int, S: int, D: int) -> str:
     extra = got - reference.attention_flops(B, H, L, S, D)
     if extra > 0 and extra % (B * H * L * S) == 0:
         return (
@@ -59,12 +59,12 @@ def _flops_hint(B, H, L, S, D, got) -> str:
     return f"each matmul is 2·B·H·L·S·D (a multiply and an add per term); both: {_FLOPS}."
 
 
-_FLOPS_CASES = [
-    ("B=2, H=8, L=16, S=24, D=64", (2, 8, 16, 24, 64)),
-    ("cross-attention, L ≠ S: B=3, H=4, L=10, S=7, D=16", (3, 4, 10, 7, 16)),
-    ("a long sequence: B=1, H=12, L=S=4096, D=64", (1, 12, 4096, 4096, 64)),
-    ("one head: B=5, H=1, L=9, S=3, D=8", (5, 1, 9, 3, 8)),
-    ("everything 1: B=H=L=S=D=1", (1, 1, 1, 1, 1)),
+_FLOPS_CASES = [  # (case, B, H, L, S, D)
+    ("B=2, H=8, L=16, S=24, D=64", 2, 8, 16, 24, 64),
+    ("cross-attention, L ≠ S: B=3, H=4, L=10, S=7, D=16", 3, 4, 10, 7, 16),
+    ("a long sequence: B=1, H=12, L=S=4096, D=64", 1, 12, 4096, 4096, 64),
+    ("one head: B=5, H=1, L=9, S=3, D=8", 5, 1, 9, 3, 8),
+    ("everything 1: B=H=L=S=D=1", 1, 1, 1, 1, 1),
 ]
 
 
@@ -74,18 +74,14 @@ _FLOPS_CASES = [
 )
 def check_attention_flops(candidate) -> int:
     """Check ``candidate(B, H, L, S, D) -> int`` = 4·B·H·L·S·D."""
-    for case, args in _FLOPS_CASES:
-        got = call_diagnosed(candidate, case, args, _FLOPS_MISTAKES)
-        require_count(
-            case,
-            "the FLOPs",
-            got,
-            reference.attention_flops(*args),
-            _FLOPS_MISTAKES,
-            args,
-            fallback_cause=_flops_hint(*args, got) if isinstance(got, int) else "",
-        )
-    return len(_FLOPS_CASES)
+    return check_cases(
+        candidate,
+        _FLOPS_CASES,
+        reference.attention_flops,
+        _FLOPS_MISTAKES,
+        what="the FLOPs",
+        fallback_cause=_flops_hint,
+    )
 
 
 # ---------------------------------------------------------------- scores_memory
@@ -127,12 +123,12 @@ _MEMORY_MISTAKES = [
     ),
 ]
 
-_MEMORY_CASES = [
-    ("float32: B=2, H=8, L=128, S=64", (2, 8, 128, 64, torch.float32)),
-    ("float16: B=1, H=12, L=256, S=100", (1, 12, 256, 100, torch.float16)),
-    ("bfloat16: B=3, H=4, L=10, S=20", (3, 4, 10, 20, torch.bfloat16)),
-    ("float64: B=2, H=2, L=7, S=5", (2, 2, 7, 5, torch.float64)),
-    ("float32, everything 1: one score", (1, 1, 1, 1, torch.float32)),
+_MEMORY_CASES = [  # (case, B, H, L, S, dtype)
+    ("float32: B=2, H=8, L=128, S=64", 2, 8, 128, 64, torch.float32),
+    ("float16: B=1, H=12, L=256, S=100", 1, 12, 256, 100, torch.float16),
+    ("bfloat16: B=3, H=4, L=10, S=20", 3, 4, 10, 20, torch.bfloat16),
+    ("float64: B=2, H=2, L=7, S=5", 2, 2, 7, 5, torch.float64),
+    ("float32, everything 1: one score", 1, 1, 1, 1, torch.float32),
 ]
 
 
@@ -142,22 +138,13 @@ _MEMORY_CASES = [
 )
 def check_scores_memory(candidate) -> int:
     """Check ``candidate(B, H, L, S, dtype) -> int`` = B·H·L·S·(bytes per element)."""
-    for case, args in _MEMORY_CASES:
-        got = call_diagnosed(
-            candidate,
-            case,
-            args,
-            _MEMORY_MISTAKES,
-            crash_hint="dtype is a torch.dtype such as torch.float16; its bytes per number are "
-            "dtype.itemsize.",
-        )
-        require_count(
-            case,
-            "the bytes",
-            got,
-            reference.scores_memory(*args),
-            _MEMORY_MISTAKES,
-            args,
-            fallback_cause=f"one number per score, each dtype.itemsize bytes: {_BYTES}.",
-        )
-    return len(_MEMORY_CASES)
+    return check_cases(
+        candidate,
+        _MEMORY_CASES,
+        reference.scores_memory,
+        _MEMORY_MISTAKES,
+        what="the bytes",
+        crash_hint="dtype is a torch.dtype such as torch.float16; its bytes per number are "
+        "dtype.itemsize.",
+        fallback_cause=f"one number per score, each dtype.itemsize bytes: {_BYTES}.",
+    )

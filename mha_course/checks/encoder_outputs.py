@@ -7,7 +7,7 @@ import torch
 
 from .. import reference
 from ._core import Mistake, checker
-from ._steps import call_diagnosed, randn, require_tensor
+from ._steps import check_cases, randn
 
 __all__ = ["check_previous_token_score", "check_mean_pool"]
 
@@ -72,6 +72,12 @@ _PREVIOUS_MISTAKES = [
         f"only, dim=-1: {_BELOW}.",
     ),
     Mistake(
+        ".item()",
+        lambda w: _diagonal(w, -1).mean(-1).item(),
+        ".item() turns a tensor of one number into a Python number, and fails on more: keep the "
+        f"tensor, one score per head: {_BELOW}.",
+    ),
+    Mistake(
         "mean over the first axis",
         lambda w: _diagonal(w, -1).mean(0),
         "you averaged over the first axis (the heads or the batch); average over the queries, "
@@ -88,8 +94,8 @@ def _weights(g, *shape, dtype=torch.float32):
 
 def _previous_cases():
     g = torch.Generator().manual_seed(50)
-    yield "one head: weights (5, 5) -> a 0-dim tensor", _weights(g, 5, 5)
     yield "3 heads: weights (3, 6, 6) -> (3,)", _weights(g, 3, 6, 6)
+    yield "one head: weights (5, 5) -> a 0-dim tensor", _weights(g, 5, 5)
     yield "a batch of 4 heads: weights (2, 4, 5, 5) -> (2, 4)", _weights(g, 2, 4, 5, 5)
     perfect = torch.eye(4).roll(-1, dims=-1)  # query i on key i - 1 ...
     perfect[0] = torch.tensor(
@@ -106,29 +112,18 @@ def _previous_cases():
 )
 def check_previous_token_score(candidate) -> int:
     """Check ``candidate(weights (..., L, L)) -> (...)``: the mean of weights[..., i, i − 1]."""
-    n = 0
-    for case, w in _previous_cases():
-        got = call_diagnosed(
-            candidate,
-            case,
-            (w,),
-            _PREVIOUS_MISTAKES,
-            crash_hint="take L from the weights (L = weights.size(-1)); the entries "
-            f"weights[..., i, i − 1] are the diagonal below the main one: {_BELOW}.",
-        )
-        require_tensor(
-            case,
-            "the scores",
-            got,
-            reference.previous_token_score(w),
-            _PREVIOUS_MISTAKES,
-            (w,),
-            shape_hint="one score per head: the weights' leading axes, weights.shape[:-2]; "
-            f"average over the queries only: {_BELOW}.",
-            fallback_cause=f"the score is the mean of weights[..., i, i − 1] for i = 1 … L−1: {_BELOW}.",
-        )
-        n += 1
-    return n
+    return check_cases(
+        candidate,
+        _previous_cases(),
+        reference.previous_token_score,
+        _PREVIOUS_MISTAKES,
+        what="the scores",
+        crash_hint="take L from the weights (L = weights.size(-1)); the entries "
+        f"weights[..., i, i − 1] are the diagonal below the main one: {_BELOW}.",
+        shape_hint="one score per head: the weights' leading axes, weights.shape[:-2]; "
+        f"average over the queries only: {_BELOW}.",
+        fallback_cause=f"the score is the mean of weights[..., i, i − 1] for i = 1 … L−1: {_BELOW}.",
+    )
 
 
 # ---------------------------------------------------------------- mean_pool
@@ -215,27 +210,16 @@ def _pool_cases():
 )
 def check_mean_pool(candidate) -> int:
     """Check ``candidate(hidden (B, L, E), attention_mask (B, L) of 1/0) -> (B, E)``."""
-    n = 0
-    for case, h, mask in _pool_cases():
-        got = call_diagnosed(
-            candidate,
-            case,
-            (h, mask),
-            _POOL_MISTAKES,
-            crash_hint="hidden is (B, L, E) and the mask (B, L): give the mask a features axis, "
-            f"{_POOL}.",
-        )
-        require_tensor(
-            case,
-            "the sentence vectors",
-            got,
-            reference.mean_pool(h, mask),
-            _POOL_MISTAKES,
-            (h, mask),
-            shape_hint=f"one vector per sentence, (B, E): {_POOL}.",
-            dtype_hint="the result keeps hidden's dtype; convert the mask to it "
-            "(attention_mask.to(hidden.dtype)), not hidden to the mask's.",
-            fallback_cause=f"sum each sentence's real tokens and divide by their number: {_POOL}.",
-        )
-        n += 1
-    return n
+    return check_cases(
+        candidate,
+        _pool_cases(),
+        reference.mean_pool,
+        _POOL_MISTAKES,
+        what="the sentence vectors",
+        crash_hint="hidden is (B, L, E) and the mask (B, L): give the mask a features axis, "
+        f"{_POOL}.",
+        shape_hint=f"one vector per sentence, (B, E): {_POOL}.",
+        dtype_hint="the result keeps hidden's dtype; convert the mask to it "
+        "(attention_mask.to(hidden.dtype)), not hidden to the mask's.",
+        fallback_cause=f"sum each sentence's real tokens and divide by their number: {_POOL}.",
+    )

@@ -67,7 +67,7 @@ def _ffn_mistakes(linear1: nn.Linear, linear2: nn.Linear) -> list[Mistake]:
 
 
 def _ffn_shape_hint(d_model: int, d_ff: int):
-    def hint(got: torch.Tensor) -> str:
+    def hint(got: torch.Tensor, x: torch.Tensor) -> str:
         if got.size(-1) == d_ff != d_model:
             return f"your output has d_ff = {d_ff} features: apply linear2 too, {_FFN}."
         return f"the network keeps the shape of its input (..., d_model): {_FFN}."

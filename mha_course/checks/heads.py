@@ -11,7 +11,7 @@ from einops import rearrange
 
 from .. import reference
 from ._core import Mistake, checker
-from ._steps import call_diagnosed, randn, require_tensor
+from ._steps import check_cases, randn
 
 __all__ = ["check_split_heads", "check_merge_heads"]
 
@@ -49,17 +49,14 @@ _SPLIT_MISTAKES = [
 ]
 
 
-def _heads_hint(num_heads: int, E: int):
-    def hint(got: torch.Tensor) -> str:
-        if got.dim() == 4 and got.size(1) != num_heads:
-            return (
-                f"your result has {got.size(1)} heads, but num_heads = {num_heads} here: take the "
-                f"number of heads from the argument, and D = E // num_heads = {E // num_heads} "
-                f"(not a variable of the notebook)."
-            )
-        return f"split_heads returns (B, H, L, D), D = E // num_heads: {_SPLIT}."
-
-    return hint
+def _heads_hint(got: torch.Tensor, x: torch.Tensor, num_heads: int) -> str:
+    if got.dim() == 4 and got.size(1) != num_heads:
+        return (
+            f"your result has {got.size(1)} heads, but num_heads = {num_heads} here: take the "
+            f"number of heads from the argument, and D = E // num_heads = "
+            f"{x.size(-1) // num_heads} (not a variable of the notebook)."
+        )
+    return f"split_heads returns (B, H, L, D), D = E // num_heads: {_SPLIT}."
 
 
 def _split_cases():
@@ -78,28 +75,17 @@ def _split_cases():
 )
 def check_split_heads(candidate) -> int:
     """Check ``candidate(x (B, L, E), num_heads) -> (B, H, L, D)``, 'b l (h d) -> b h l d'."""
-    n = 0
-    for case, x, num_heads in _split_cases():
-        got = call_diagnosed(
-            candidate,
-            case,
-            (x, num_heads),
-            _SPLIT_MISTAKES,
-            crash_hint="take every size from x and num_heads (B, L, E = x.shape, "
-            f"D = E // num_heads), never from the notebook: {_SPLIT}.",
-        )
-        require_tensor(
-            case,
-            "the heads",
-            got,
-            reference.split_heads(x, num_heads),
-            _SPLIT_MISTAKES,
-            (x, num_heads),
-            shape_hint=_heads_hint(num_heads, x.size(-1)),
-            fallback_cause=f"head h of token l holds x[b, l, h·D:(h+1)·D]: {_SPLIT}.",
-        )
-        n += 1
-    return n
+    return check_cases(
+        candidate,
+        _split_cases(),
+        reference.split_heads,
+        _SPLIT_MISTAKES,
+        what="the heads",
+        crash_hint="take every size from x and num_heads (B, L, E = x.shape, "
+        f"D = E // num_heads), never from the notebook: {_SPLIT}.",
+        shape_hint=_heads_hint,
+        fallback_cause=f"head h of token l holds x[b, l, h·D:(h+1)·D]: {_SPLIT}.",
+    )
 
 
 # ---------------------------------------------------------------- merge_heads
@@ -162,24 +148,13 @@ def _merge_cases():
 )
 def check_merge_heads(candidate) -> int:
     """Check ``candidate(x (B, H, L, D)) -> (B, L, H·D)``, 'b h l d -> b l (h d)'."""
-    n = 0
-    for case, x in _merge_cases():
-        got = call_diagnosed(
-            candidate,
-            case,
-            (x,),
-            _MERGE_MISTAKES,
-            crash_hint=f"take every size from x (B, H, L, D = x.shape): {_MERGE}.",
-        )
-        require_tensor(
-            case,
-            "the merged heads",
-            got,
-            reference.merge_heads(x),
-            _MERGE_MISTAKES,
-            (x,),
-            shape_hint=f"merge_heads returns (B, L, H·D), the heads side by side: {_MERGE}.",
-            fallback_cause=f"token l's features are head 0's D features, then head 1's, ...: {_MERGE}.",
-        )
-        n += 1
-    return n
+    return check_cases(
+        candidate,
+        _merge_cases(),
+        reference.merge_heads,
+        _MERGE_MISTAKES,
+        what="the merged heads",
+        crash_hint=f"take every size from x (B, H, L, D = x.shape): {_MERGE}.",
+        shape_hint=f"merge_heads returns (B, L, H·D), the heads side by side: {_MERGE}.",
+        fallback_cause=f"token l's features are head 0's D features, then head 1's, ...: {_MERGE}.",
+    )

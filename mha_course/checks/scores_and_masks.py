@@ -12,7 +12,7 @@ import torch
 
 from .. import reference
 from ._core import Mistake, checker
-from ._steps import call_diagnosed, randn, require_tensor, reverse_axes
+from ._steps import check_cases, randn, reverse_axes
 
 __all__ = ["check_attention_scores", "check_padding_mask", "check_causal_mask"]
 
@@ -75,7 +75,7 @@ _SCORE_MISTAKES = [
 ]
 
 
-def _scale_hint(q: torch.Tensor, k: torch.Tensor, got: torch.Tensor) -> str | None:
+def _scale_hint(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> str | None:
     """When ``got`` is s · Q Kᵀ for some other s, say what s is (a notebook-global d_k shows here)."""
     raw = (q.double() @ k.double().transpose(-2, -1)).flatten()
     g = got.detach().double().flatten()
@@ -117,28 +117,17 @@ def _score_cases():
 )
 def check_attention_scores(candidate) -> int:
     """Check ``candidate(query (..., L, E), key (..., S, E)) -> (..., L, S)`` = Q Kᵀ / √d_k."""
-    n = 0
-    for case, q, k in _score_cases():
-        got = call_diagnosed(
-            candidate,
-            case,
-            (q, k),
-            _SCORE_MISTAKES,
-            crash_hint="the inputs may have leading batch and head axes: transpose only the "
-            f"last two axes of key, {_QK}.",
-        )
-        require_tensor(
-            case,
-            "the scores",
-            got,
-            reference.attention_scores(q, k),
-            _SCORE_MISTAKES,
-            (q, k),
-            shape_hint=f"one score per query and key, (..., L, S): {_QK}.",
-            fallback_cause=lambda got, q=q, k=k: _scale_hint(q, k, got),
-        )
-        n += 1
-    return n
+    return check_cases(
+        candidate,
+        _score_cases(),
+        reference.attention_scores,
+        _SCORE_MISTAKES,
+        what="the scores",
+        crash_hint="the inputs may have leading batch and head axes: transpose only the "
+        f"last two axes of key, {_QK}.",
+        shape_hint=f"one score per query and key, (..., L, S): {_QK}.",
+        fallback_cause=_scale_hint,
+    )
 
 
 # ---------------------------------------------------------------- padding_mask
@@ -150,7 +139,8 @@ _PADDING_MISTAKES = [
         "inverted",
         lambda lengths, S: torch.arange(S) >= lengths[:, None],
         "your mask is inverted: True marks the real tokens, position j < lengths[b] (True = may "
-        f"attend, as in your scaled_dot_product_attention), and the padding is False: {_POSITIONS}.",
+        "attend, as in torch.nn.functional.scaled_dot_product_attention), and the padding is "
+        f"False: {_POSITIONS}.",
     ),
     Mistake(
         "<=",
@@ -198,30 +188,19 @@ def _padding_cases():
 )
 def check_padding_mask(candidate) -> int:
     """Check ``candidate(lengths (B,), S) -> bool (B, S)``, True where position j < lengths[b]."""
-    n = 0
-    for case, lengths, S in _padding_cases():
-        got = call_diagnosed(
-            candidate,
-            case,
-            (lengths, S),
-            _PADDING_MISTAKES,
-            crash_hint=f"one row per sentence, one column per position: {_POSITIONS} compares a "
-            "column of lengths (B, 1) with a row of positions (S,).",
-        )
-        require_tensor(
-            case,
-            "the mask's entries",
-            got,
-            reference.padding_mask(lengths, S),
-            _PADDING_MISTAKES,
-            (lengths, S),
-            shape_hint=f"the mask is (B, S), one row per sentence: {_POSITIONS}.",
-            dtype_hint=f"a comparison such as {_POSITIONS} is already bool: drop the .int() or "
-            ".float(), or end with .bool().",
-            fallback_cause=f"position j of sentence b is real (True) when j < lengths[b]: {_POSITIONS}.",
-        )
-        n += 1
-    return n
+    return check_cases(
+        candidate,
+        _padding_cases(),
+        reference.padding_mask,
+        _PADDING_MISTAKES,
+        what="the mask's entries",
+        crash_hint=f"one row per sentence, one column per position: {_POSITIONS} compares a "
+        "column of lengths (B, 1) with a row of positions (S,).",
+        shape_hint=f"the mask is (B, S), one row per sentence: {_POSITIONS}.",
+        dtype_hint=f"a comparison such as {_POSITIONS} is already bool: drop the .int() or "
+        ".float(), or end with .bool().",
+        fallback_cause=f"position j of sentence b is real (True) when j < lengths[b]: {_POSITIONS}.",
+    )
 
 
 # ---------------------------------------------------------------- causal_mask
@@ -256,7 +235,7 @@ _CAUSAL_MISTAKES = [
 ]
 
 
-def _causal_dtype_hint(got: torch.Tensor) -> str:
+def _causal_dtype_hint(got: torch.Tensor, L: int) -> str:
     if got.is_floating_point() and got.isneginf().any():
         return (
             "you built the additive float mask (0 and -inf), which torch also accepts; this "
@@ -272,20 +251,13 @@ def _causal_dtype_hint(got: torch.Tensor) -> str:
 )
 def check_causal_mask(candidate) -> int:
     """Check ``candidate(L) -> bool (L, L)``, True where key j <= query i."""
-    n = 0
-    for L in (4, 1, 2, 7):
-        case = f"L = {L}"
-        got = call_diagnosed(candidate, case, (L,), _CAUSAL_MISTAKES)
-        require_tensor(
-            case,
-            "the mask's entries",
-            got,
-            reference.causal_mask(L),
-            _CAUSAL_MISTAKES,
-            (L,),
-            shape_hint=f"the mask is (L, L), queries by keys: {_TRIL}.",
-            dtype_hint=_causal_dtype_hint,
-            fallback_cause=f"True where key j <= query i: {_TRIL}.",
-        )
-        n += 1
-    return n
+    return check_cases(
+        candidate,
+        ((f"L = {L}", L) for L in (4, 1, 2, 7)),
+        reference.causal_mask,
+        _CAUSAL_MISTAKES,
+        what="the mask's entries",
+        shape_hint=f"the mask is (L, L), queries by keys: {_TRIL}.",
+        dtype_hint=_causal_dtype_hint,
+        fallback_cause=f"True where key j <= query i: {_TRIL}.",
+    )

@@ -115,7 +115,7 @@ def _pre_ln_mistakes() -> list[Mistake]:
 def _calls_hint(sublayer: _Counted, norm: _Counted, x: torch.Tensor, right: str, reads: str):
     """What the counted calls say, when the values matched no classic mistake."""
 
-    def hint(got) -> str:
+    def hint(got, *args) -> str:
         for name, counted in (("sublayer", sublayer), ("norm", norm)):
             if len(counted.inputs) != 1:
                 return f"{name} ran {len(counted.inputs)} times; call it exactly once: {right}."

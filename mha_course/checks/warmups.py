@@ -11,7 +11,7 @@ import torch
 
 from .. import reference
 from ._core import Mistake, checker
-from ._steps import call_diagnosed, randn, require_tensor, reverse_axes
+from ._steps import check_cases, randn, reverse_axes
 
 __all__ = ["check_pairwise_dot", "check_weighted_average"]
 
@@ -87,29 +87,18 @@ def _dot_cases():
 )
 def check_pairwise_dot(candidate) -> int:
     """Check ``candidate(a (..., L, E), b (..., S, E)) -> (..., L, S)``: every dot product."""
-    n = 0
-    for case, a, b in _dot_cases():
-        got = call_diagnosed(
-            candidate,
-            case,
-            (a, b),
-            _DOT_MISTAKES,
-            crash_hint="your code must work with any number of leading axes, a (..., L, E) and "
-            f"b (..., S, E): {_LAST_TWO}. b.T and b.t() are for 2-D matrices.",
-        )
-        require_tensor(
-            case,
-            "the dot products",
-            got,
-            reference.pairwise_dot(a, b),
-            _DOT_MISTAKES,
-            (a, b),
-            shape_hint="entry [..., i, j] is a[..., i, :] · b[..., j, :], so the result is "
-            f"(..., L, S): {_LAST_TWO}.",
-            fallback_cause=f"each entry is the dot product of a row of a and a row of b: {_LAST_TWO}.",
-        )
-        n += 1
-    return n
+    return check_cases(
+        candidate,
+        _dot_cases(),
+        reference.pairwise_dot,
+        _DOT_MISTAKES,
+        what="the dot products",
+        crash_hint="your code must work with any number of leading axes, a (..., L, E) and "
+        f"b (..., S, E): {_LAST_TWO}. b.T and b.t() are for 2-D matrices.",
+        shape_hint="entry [..., i, j] is a[..., i, :] · b[..., j, :], so the result is "
+        f"(..., L, S): {_LAST_TWO}.",
+        fallback_cause=f"each entry is the dot product of a row of a and a row of b: {_LAST_TWO}.",
+    )
 
 
 # ---------------------------------------------------------------- weighted_average
@@ -192,26 +181,15 @@ def _avg_cases():
 def check_weighted_average(candidate) -> int:
     """Check ``candidate(weights (..., L, S), values (..., S, E)) -> (..., L, E)``, row i =
     sum_j weights[..., i, j] * values[..., j, :]."""
-    n = 0
-    for case, w, v in _avg_cases():
-        got = call_diagnosed(
-            candidate,
-            case,
-            (w, v),
-            _AVG_MISTAKES,
-            crash_hint="weights (..., L, S) @ values (..., S, E) -> (..., L, E); the S of the "
-            "weights' columns meets the S of the values' rows, no transpose needed.",
-        )
-        require_tensor(
-            case,
-            "the averages",
-            got,
-            reference.weighted_average(w, v),
-            _AVG_MISTAKES,
-            (w, v),
-            shape_hint="one averaged value per row of weights: (..., L, E) = weights @ values.",
-            fallback_cause="row i is sum over j of weights[..., i, j] * values[..., j, :]: "
-            "weights @ values.",
-        )
-        n += 1
-    return n
+    return check_cases(
+        candidate,
+        _avg_cases(),
+        reference.weighted_average,
+        _AVG_MISTAKES,
+        what="the averages",
+        crash_hint="weights (..., L, S) @ values (..., S, E) -> (..., L, E); the S of the "
+        "weights' columns meets the S of the values' rows, no transpose needed.",
+        shape_hint="one averaged value per row of weights: (..., L, E) = weights @ values.",
+        fallback_cause="row i is sum over j of weights[..., i, j] * values[..., j, :]: "
+        "weights @ values.",
+    )
