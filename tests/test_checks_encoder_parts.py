@@ -229,7 +229,7 @@ def run(layers, x, masks):
 )
 def test_encoder_stack_names_each_mistake_in_forward(forward, phrase, capsys):
     candidate = encoder_stack(deep_copies, forward)
-    if phrase is None:  # the helper itself is right
+    if phrase is None:  # run() itself, used rightly, passes
         passes(check_encoder_stack, candidate, capsys)
     else:
         fails_with(check_encoder_stack, candidate, "Likely cause", phrase)
