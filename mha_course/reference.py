@@ -7,11 +7,13 @@ package's own implementation (the package is the one place the maths is written)
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
 from einops import rearrange
 
+from .attention import causal_mask as _causal_mask
 from .attention import scaled_dot_product_attention as _sdpa
 from .layernorm import LayerNorm
 from .positional import positional_encoding
@@ -25,6 +27,21 @@ __all__ = [
     "EncoderLayer",
     "load_layer",
     "attention_in_blocks",
+    "pairwise_dot",
+    "weighted_average",
+    "attention_scores",
+    "padding_mask",
+    "causal_mask",
+    "split_heads",
+    "merge_heads",
+    "post_ln_sublayer",
+    "pre_ln_sublayer",
+    "FeedForward",
+    "EncoderStack",
+    "previous_token_score",
+    "mean_pool",
+    "attention_flops",
+    "scores_memory",
 ]
 
 
@@ -140,3 +157,125 @@ def attention_in_blocks(q, k, v, block_size):
         o = o * rescale + p @ v[..., j : j + block_size, :]
         m = m_new
     return o / sum_exp
+
+
+# ---------------------------------------------------------------- the small steps, lesson by lesson
+# Each step of the lessons' longer exercises, on its own: what a learner writes before putting the
+# pieces together.
+
+# Lesson 00: the two matmuls of attention.
+
+
+def pairwise_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a (..., L, E), b (..., S, E) -> (..., L, S): entry [..., i, j] is a[..., i, :] · b[..., j, :]."""
+    return a @ b.transpose(-2, -1)
+
+
+def weighted_average(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """weights (..., L, S), rows summing to 1; values (..., S, E) -> (..., L, E):
+    row i is sum_j weights[..., i, j] * values[..., j, :]."""
+    return weights @ values
+
+
+# Lesson 01: the scaled scores and the two masks (bool, True where a query may attend).
+
+
+def attention_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """Q Kᵀ / √d_k: query (..., L, E), key (..., S, E) -> (..., L, S), d_k = query.size(-1)."""
+    return query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+
+
+def padding_mask(lengths: torch.Tensor, S: int) -> torch.Tensor:
+    """lengths (B,) -> bool (B, S), True where position j < lengths[b]: a real token."""
+    return torch.arange(S, device=lengths.device) < lengths[:, None]
+
+
+def causal_mask(L: int) -> torch.Tensor:
+    """Bool (L, L), True where key j <= query i: a query sees itself and the past."""
+    return _causal_mask(L, L)
+
+
+# Lesson 02: the features split into heads, and merged back.
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, L, E) -> (B, H, L, D), D = E // H: head h gets features h·D … (h+1)·D − 1."""
+    return rearrange(x, "b l (h d) -> b h l d", h=num_heads)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, L, D) -> (B, L, H·D), the inverse of :func:`split_heads`: Concat(head_1, ..., head_h)."""
+    return rearrange(x, "b h l d -> b l (h d)")
+
+
+# Lesson 03: a sub-layer with its residual and LayerNorm, both ways round.
+
+
+def post_ln_sublayer(x, sublayer, norm):
+    """Post-LN, the original paper's "add & norm": norm(x + sublayer(x))."""
+    return norm(x + sublayer(x))
+
+
+def pre_ln_sublayer(x, sublayer, norm):
+    """Pre-LN (GPT-2 and most models since): x + sublayer(norm(x))."""
+    return x + sublayer(norm(x))
+
+
+# Lesson 04: the position-wise feed-forward network, and a stack of layers.
+
+
+class FeedForward(torch.nn.Module):
+    """FFN(x) = linear2(relu(linear1(x))), d_model -> d_ff -> d_model, each position on its own."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.linear1 = torch.nn.Linear(d_model, d_ff)
+        self.linear2 = torch.nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.linear2(torch.relu(self.linear1(x)))
+
+
+class EncoderStack(torch.nn.Module):
+    """``num_layers`` independent deep copies of ``layer``, run in order, each on the previous one's
+    output (as ``torch.nn.TransformerEncoder`` does); ``forward(x, attn_mask=None)`` hands the bool
+    mask (True = may attend) to every layer."""
+
+    def __init__(self, layer, num_layers):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(copy.deepcopy(layer) for _ in range(num_layers))
+
+    def forward(self, x, attn_mask=None):
+        for layer in self.layers:
+            x = layer(x, attn_mask=attn_mask)
+        return x
+
+
+# Lesson 05: reading a pretrained encoder's outputs.
+
+
+def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
+    """weights (..., L, L), rows = queries -> (...): the mean of weights[..., i, i - 1] over the
+    queries that have a previous token, i = 1 … L-1 (the diagonal just below the main one)."""
+    return torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1).mean(dim=-1)
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """hidden (B, L, E), attention_mask (B, L) of 1/0 -> (B, E): the mean of the real tokens."""
+    from .pretrained import mean_pool as _mean_pool  # lesson 05's module, imported when used
+
+    return _mean_pool(hidden, attention_mask)
+
+
+# Lesson 06: what attention costs.
+
+
+def attention_flops(B: int, H: int, L: int, S: int, D: int) -> int:
+    """FLOPs of Q Kᵀ and weights @ V, a multiply-add counting 2: 2·B·H·L·S·D each. The scale
+    and the softmax, O(B·H·L·S), are left out."""
+    return 4 * B * H * L * S * D
+
+
+def scores_memory(B: int, H: int, L: int, S: int, dtype: torch.dtype) -> int:
+    """Bytes of one (B, H, L, S) tensor of ``dtype``."""
+    return B * H * L * S * dtype.itemsize

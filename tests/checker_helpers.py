@@ -42,3 +42,8 @@ class Projections(nn.Module):
         self.k_proj = nn.Linear(embed_dim, embed_dim)
         self.v_proj = nn.Linear(embed_dim, embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+
+def skeleton(*args, **kwargs):
+    """An unsolved function exercise: what the generated skeleton does when called."""
+    raise NotImplementedError("Exercise: write this part, then run the check below.")

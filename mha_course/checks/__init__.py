@@ -46,3 +46,35 @@ def yours_or_reference(check, yours, reference):
         f"(mha_course.reference). Finish the exercise and re-run this cell to use yours."
     )
     return reference
+
+
+# The small, one-step exercises (imported here, after the rest, so that they stay one block).
+from .costs import check_attention_flops, check_scores_memory  # noqa: E402
+from .encoder_outputs import check_mean_pool, check_previous_token_score  # noqa: E402
+from .encoder_parts import check_encoder_stack, check_feed_forward  # noqa: E402
+from .heads import check_merge_heads, check_split_heads  # noqa: E402
+from .scores_and_masks import (  # noqa: E402
+    check_attention_scores,
+    check_causal_mask,
+    check_padding_mask,
+)
+from .sublayers import check_post_ln_sublayer, check_pre_ln_sublayer  # noqa: E402
+from .warmups import check_pairwise_dot, check_weighted_average  # noqa: E402
+
+__all__ += [
+    "check_pairwise_dot",
+    "check_weighted_average",
+    "check_attention_scores",
+    "check_padding_mask",
+    "check_causal_mask",
+    "check_split_heads",
+    "check_merge_heads",
+    "check_post_ln_sublayer",
+    "check_pre_ln_sublayer",
+    "check_feed_forward",
+    "check_encoder_stack",
+    "check_previous_token_score",
+    "check_mean_pool",
+    "check_attention_flops",
+    "check_scores_memory",
+]
