@@ -42,3 +42,21 @@ class Projections(nn.Module):
         self.k_proj = nn.Linear(embed_dim, embed_dim)
         self.v_proj = nn.Linear(embed_dim, embed_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+
+def notebook_cell(source: str, namespace: dict, number: int) -> dict:
+    """Run ``source`` in ``namespace`` as a notebook cell would: compiled under a file name of
+    its own whose lines are in linecache (which is how IPython keeps a cell's source)."""
+    import linecache
+    import textwrap
+
+    source = textwrap.dedent(source)
+    filename = f"<notebook cell {number}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+NOTEBOOK_IMPORTS = (
+    "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+)
