@@ -109,7 +109,7 @@ class Verdict:
     def next_step(self) -> str:
         """How to see the whole message."""
         lesson = f" in lesson {self.exercise.lesson}" if self.exercise.lesson else ""
-        return f"Run {self.exercise.check_call}{lesson} for the full message."
+        return f"Full message: run {self.exercise.check_call}{lesson}."
 
 
 def _exercise_of(check_or_exercise) -> Exercise:

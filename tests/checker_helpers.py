@@ -60,3 +60,15 @@ def notebook_cell(source: str, namespace: dict, number: int) -> dict:
 NOTEBOOK_IMPORTS = (
     "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 )
+
+# The lesson-02 exercise cell's __init__, as source for a simulated or real notebook cell.
+MHA_INIT_SOURCE = """
+class MultiHeadAttention(nn.Module):
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+"""

@@ -226,44 +226,41 @@ def weights_first(query, key, value, attn_mask=None):
     return tuple(reversed(sdpa_matmul(query, key, value, attn_mask)))
 
 
-def scaled_by_the_number_of_keys(query, key, value, attn_mask=None):
-    scores = query @ key.transpose(-2, -1) / math.sqrt(key.size(-2))
+def attend(scores, value, attn_mask, blocked=lambda mask: ~mask):
+    """The rest of the attention from the scores, the mask turned into the blocked keys by
+    ``blocked``."""
     if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, float("-inf"))
+        scores = scores.masked_fill(blocked(attn_mask), float("-inf"))
     weights = scores.softmax(-1)
     return weights @ value, weights
+
+
+def scaled_by_the_number_of_keys(query, key, value, attn_mask=None):
+    return attend(query @ key.transpose(-2, -1) / math.sqrt(key.size(-2)), value, attn_mask)
 
 
 def einsum_summing_the_keys(query, key, value, attn_mask=None):
     """'...ld,...sd->...l' sums over the keys too; broadcasting then hides the lost axis."""
     scores = torch.einsum("...ld,...sd->...l", query, key) / math.sqrt(query.size(-1))
-    scores = scores.unsqueeze(-1).expand(*scores.shape, key.size(-2))
-    if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, float("-inf"))
-    weights = scores.softmax(-1)
-    return weights @ value, weights
+    return attend(scores.unsqueeze(-1).expand(*scores.shape, key.size(-2)), value, attn_mask)
 
 
 def einsum_without_the_key_axis(query, key, value, attn_mask=None):
     scores = torch.einsum("...ld,...sd->...l", query, key)[..., None] / math.sqrt(query.size(-1))
-    weights = scores.softmax(-1)
-    return weights @ value[..., :1, :], weights
+    return attend(scores, value[..., :1, :], None)
+
+
+def scores(query, key):
+    return query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
 
 
 def mask_unsqueezed(query, key, value, attn_mask=None):
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-    if attn_mask is not None:  # as if the mask came as (B, S): here it is (B, 1, S) already
-        scores = scores.masked_fill(~attn_mask.unsqueeze(1), float("-inf"))
-    weights = scores.softmax(-1)
-    return weights @ value, weights
+    # as if the mask came as (B, S): here it is (B, 1, S) already
+    return attend(scores(query, key), value, attn_mask, lambda mask: ~mask.unsqueeze(1))
 
 
 def mask_negated_with_minus(query, key, value, attn_mask=None):
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-    if attn_mask is not None:
-        scores = scores.masked_fill(-attn_mask, float("-inf"))
-    weights = scores.softmax(-1)
-    return weights @ value, weights
+    return attend(scores(query, key), value, attn_mask, lambda mask: -mask)
 
 
 @pytest.mark.parametrize(

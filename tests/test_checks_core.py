@@ -177,7 +177,7 @@ def test_evaluate_gives_one_verdict(candidate, status, reason):
     assert verdict.status == status and verdict.passed == (status == "yours")
     assert verdict.reason.startswith(reason), verdict.reason
     assert len(verdict.reason) <= 200 and "\n" not in verdict.reason
-    assert verdict.next_step == "Run check_softmax(softmax) in lesson 00 for the full message."
+    assert verdict.next_step == "Full message: run check_softmax(softmax) in lesson 00."
 
 
 def test_evaluate_knows_a_cell_that_did_not_run():
@@ -219,11 +219,13 @@ def test_load_your_work_says_why_in_one_line_and_where_to_see_more(tmp_path, cap
     i = next(i for i, line in enumerate(lines) if "00 softmax" in line)
     assert lines[i].endswith("course reference (yours: fails its check)")
     assert "case 'a (3, 4) matrix': you normalised over the first axis" in lines[i + 1]
-    assert lines[i + 1].endswith("Run check_softmax(softmax) in lesson 00 for the full message.")
+    assert lines[i + 1].endswith("Full message: run check_softmax(softmax) in lesson 00.")
     assert lines[i + 2].endswith("course reference (yours: raises NameError)")
     assert "NameError: name 'd_k' is not defined" in lines[i + 3]
     assert "scaled_dot_product_attention.py, line 2: scores = query" in lines[i + 3]
-    assert "in lesson 01 for the full message" in lines[i + 3]
+    assert lines[i + 3].endswith(
+        "check_scaled_dot_product_attention(scaled_dot_product_attention) in lesson 01."
+    )
 
 
 def test_yours_or_reference_says_why_and_what_to_do(capsys):

@@ -5,6 +5,8 @@ checker's own code."""
 import re
 import textwrap
 
+from checker_helpers import MHA_INIT_SOURCE as MHA_INIT
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 SETUP = """
@@ -18,17 +20,6 @@ from mha_course.checks import (
 )
 start()
 d_k, h = 6, 4  # the notebook's own example sizes
-"""
-
-MHA_INIT = """
-class MultiHeadAttention(nn.Module):
-    def __init__(self, embed_dim, num_heads):
-        super().__init__()
-        self.num_heads = num_heads
-        self.q_proj = nn.Linear(embed_dim, embed_dim)
-        self.k_proj = nn.Linear(embed_dim, embed_dim)
-        self.v_proj = nn.Linear(embed_dim, embed_dim)
-        self.out_proj = nn.Linear(embed_dim, embed_dim)
 """
 
 

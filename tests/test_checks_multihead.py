@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from mha_course import reference
 from mha_course.checks import check_multi_head_attention
 
 import checker_helpers as shared
-from checker_helpers import NOTEBOOK_IMPORTS, Projections, notebook_cell
+from checker_helpers import MHA_INIT_SOURCE, NOTEBOOK_IMPORTS, Projections, notebook_cell
 
 
 def passes(candidate, capsys):
@@ -372,32 +373,20 @@ def test_a_variable_of_the_notebook_is_named():
     cells = notebook_cell(
         NOTEBOOK_IMPORTS + "B, L, d_model, h = 2, 5, 24, 4\nd_k = d_model // h\n", {}, 1
     )
-    notebook_cell(
-        """
-        class MultiHeadAttention(nn.Module):
-            def __init__(self, embed_dim, num_heads):
-                super().__init__()
-                self.num_heads = num_heads
-                self.q_proj = nn.Linear(embed_dim, embed_dim)
-                self.k_proj = nn.Linear(embed_dim, embed_dim)
-                self.v_proj = nn.Linear(embed_dim, embed_dim)
-                self.out_proj = nn.Linear(embed_dim, embed_dim)
-
-            def forward(self, query, key, value, attn_mask=None):
-                B, L, E = query.shape
-                q, k, v = (
-                    p(x).view(B, -1, self.num_heads, E // self.num_heads).transpose(1, 2)
-                    for p, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
-                )
-                scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
-                if attn_mask is not None:
-                    scores = scores.masked_fill(~attn_mask, float("-inf"))
-                weights = scores.softmax(dim=-1)
-                return self.out_proj((weights @ v).transpose(1, 2).reshape(B, L, E)), weights
-        """,
-        cells,
-        2,
-    )
+    forward = """
+    def forward(self, query, key, value, attn_mask=None):
+        B, L, E = query.shape
+        q, k, v = (
+            p(x).view(B, -1, self.num_heads, E // self.num_heads).transpose(1, 2)
+            for p, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return self.out_proj((weights @ v).transpose(1, 2).reshape(B, L, E)), weights
+"""
+    notebook_cell(MHA_INIT_SOURCE + textwrap.indent(forward, "    "), cells, 2)
     message = fails_with(
         cells["MultiHeadAttention"],
         "Your MultiHeadAttention uses `d_k` (= 6), a variable of the notebook",

@@ -82,10 +82,10 @@ class ExerciseFailure(AssertionError):
         error = self.__cause__
         return None if error is None or isinstance(error, ExerciseFailure) else error
 
-    def short(self, limit: int = 160) -> str:
+    def short(self, limit: int = 150) -> str:
         """One line: the case and the likely cause, or the learner's error and where it came from."""
         case = self.case
-        prefix = "" if case is None else f"case {re.split(r'[:;]', case)[0]!r}: "
+        prefix = "" if case is None else f"case {_case_label(case)!r}: "
         if self.raised is not None:
             return _clip(prefix + error_line(self.raised), limit + 40)
         text = self.likely_cause or re.sub(r"^Case (['\"]).*?\1: ", "", str(self)).split("\n")[0]
@@ -110,6 +110,22 @@ class CellDidNotRun(ExerciseFailure):
 
 class NotDoneYet(Exception):
     """The candidate is still the unsolved skeleton (it raised NotImplementedError)."""
+
+
+def _case_label(case: str, limit: int = 40) -> str:
+    """The start of a case's name, up to its first ":" or ";" and at most ``limit`` long, cut
+    outside parentheses: "padding mask (2, 1, 1, 7), True = ..." -> "padding mask (2, 1, 1, 7)"."""
+    depth, commas = 0, []
+    for i, char in enumerate(case):
+        depth += (char == "(") - (char == ")")
+        if depth == 0 and char in ":;":
+            case = case[:i]
+            break
+        if depth == 0 and case.startswith(", ", i) and i <= limit:
+            commas.append(i)
+    if len(case) <= limit:
+        return case
+    return case[: commas[-1]] if commas else _clip(case, limit)
 
 
 def _clip(text: str, limit: int) -> str:
