@@ -135,9 +135,9 @@ def _uses(candidate) -> Iterator[tuple[str, Found, bool]]:
             continue
         seen.add(function)
         for code in _codes(function.__code__):
-            chain = None
+            chain, line = None, code.co_firstlineno
             for ins in dis.get_instructions(code):
-                line = ins.positions.lineno if ins.positions else None
+                line = _line_of(ins) or line
                 if ins.opname in _LOADS:
                     chain = _value(function, code, ins.argval, ins.opname)
                     found = Found(ins.argval, chain, code.co_filename, line)
@@ -150,6 +150,15 @@ def _uses(candidate) -> Iterator[tuple[str, Found, bool]]:
                     yield "attribute", Found(ins.argval, chain, code.co_filename, line), False
                 else:
                     chain = None
+
+
+def _line_of(ins: dis.Instruction) -> int | None:
+    """The instruction's line (Python 3.11+ give each one; 3.10 only a line's first)."""
+    positions = getattr(ins, "positions", None)
+    if positions is not None and positions.lineno is not None:
+        return positions.lineno
+    start = getattr(ins, "line_number", ins.starts_line)
+    return start if isinstance(start, int) and not isinstance(start, bool) else None
 
 
 # ---------------------------------------------------------------- what the checks look for
