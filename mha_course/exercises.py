@@ -1,14 +1,31 @@
 """The course's exercises, in lesson order: what the learner defines, how it is checked, and
-the reference used in its place until the learner's version passes."""
+the reference used in its place until the learner's version passes.
+
+This registry is also the one place that decides whether an answer is used: :func:`evaluate`
+runs an answer through its exercise's checker and returns a :class:`Verdict`, which both
+``checks.yours_or_reference`` (in the lesson) and ``notebook.load_your_work`` (in later lessons)
+print. The names here are what the learner writes, and the checkers' messages use them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from . import checks, reference
+from .checks._core import CellDidNotRun, ExerciseFailure, NotDoneYet, error_line
 
-__all__ = ["Exercise", "EXERCISES", "by_name"]
+__all__ = [
+    "Exercise",
+    "EXERCISES",
+    "by_name",
+    "by_check",
+    "registered_name",
+    "Verdict",
+    "evaluate",
+    "evaluate_file",
+]
 
 
 @dataclass(frozen=True)
@@ -17,6 +34,11 @@ class Exercise:
     lesson: str  # "01"
     check: Callable[..., bool]
     reference: object
+
+    @property
+    def check_call(self) -> str:
+        """``check_multi_head_attention(MultiHeadAttention)``: the check cell of the lesson."""
+        return f"{getattr(self.check, '__name__', 'check')}({self.name})"
 
 
 EXERCISES: list[Exercise] = [
@@ -71,3 +93,82 @@ def by_name(name: str) -> Exercise:
             return exercise
     known = ", ".join(e.name for e in EXERCISES)
     raise ValueError(f"no exercise named {name!r}; the exercises are: {known}")
+
+
+def by_check(check) -> Exercise | None:
+    """The exercise a checker checks (None for a checker that is not registered)."""
+    return next((e for e in EXERCISES if e.check is check), None)
+
+
+def registered_name(check) -> str | None:
+    exercise = by_check(check)
+    return None if exercise is None else exercise.name
+
+
+# ---------------------------------------------------------------- verdicts
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether an answer is used, and if not, why, in one short line.
+
+    ``status``: "yours" (it passes), "not done yet", "fails its check", "raises <Error>" (it
+    crashed, on loading or in the check), "did not run" (its cell's last run failed), "not found"
+    (no saved answer), or "no <name> in <file>".
+    """
+
+    exercise: Exercise
+    status: str
+    reason: str = ""  # the case and the likely cause, or the error and the line that raised it
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "yours"
+
+    @property
+    def next_step(self) -> str:
+        """How to see the whole message."""
+        lesson = f" in lesson {self.exercise.lesson}" if self.exercise.lesson else ""
+        return f"Full message: run {self.exercise.check_call}{lesson}."
+
+
+def _exercise_of(check_or_exercise) -> Exercise:
+    if isinstance(check_or_exercise, Exercise):
+        return check_or_exercise
+    found = by_check(check_or_exercise)
+    name = getattr(check_or_exercise, "exercise", "your code")
+    return found or Exercise(name, "", check_or_exercise, None)
+
+
+def evaluate(check_or_exercise, candidate, *, cell: bool = True) -> Verdict:
+    """Run ``candidate`` through its exercise's checker, quietly. ``cell``: the candidate is what
+    the notebook's exercise cell defined (so a failed last run of that cell makes it stale)."""
+    exercise = _exercise_of(check_or_exercise)
+    if candidate is None:
+        return Verdict(exercise, "not done yet")
+    try:
+        exercise.check.run(candidate, cell=cell)
+    except NotDoneYet:
+        return Verdict(exercise, "not done yet")
+    except CellDidNotRun as failure:
+        return Verdict(exercise, "did not run", str(failure).split("\n")[0])
+    except ExerciseFailure as failure:
+        if failure.raised is not None:
+            return Verdict(exercise, f"raises {type(failure.raised).__name__}", failure.short())
+        return Verdict(exercise, "fails its check", failure.short())
+    return Verdict(exercise, "yours")
+
+
+def evaluate_file(exercise: Exercise, path: Path, namespace: dict) -> tuple[Verdict, object]:
+    """Run a saved answer in ``namespace``, then :func:`evaluate` what it defines. Returns the
+    verdict and the answer (None when there is none)."""
+    if not path.exists():
+        return Verdict(exercise, "not found"), None
+    try:
+        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
+    except Exception as error:  # a broken answer is reported, never fatal
+        return Verdict(exercise, f"raises {type(error).__name__}", error_line(error)), None
+    candidate = namespace.get(exercise.name)
+    if candidate is None:
+        return Verdict(exercise, f"no {exercise.name} in {path.name}"), None
+    return evaluate(exercise, candidate, cell=False), candidate

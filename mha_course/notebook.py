@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import torch
 
-from .exercises import EXERCISES
+from .exercises import EXERCISES, Verdict, evaluate_file
 from .utils import get_device, seed_everything
 from .work import exercise_name, is_answer, save_answer, work_dir
 
@@ -124,7 +124,8 @@ def load_your_work(
     directory: Path | str | None = None, *, before: str | None = None, quiet: bool = False
 ) -> SimpleNamespace:
     """Your answers from earlier lessons, each checked again; where one is missing or does not
-    pass its checker, the course's reference takes its place. Prints which is which.
+    pass its checker, the course's reference takes its place. Prints which is which: one line
+    per exercise and, under one that fails, one line saying why and where to see more.
 
     ``before="04"`` lists only the exercises of lessons 00-03 (all of them are loaded either way).
     """
@@ -133,14 +134,16 @@ def load_your_work(
     exec(_PREAMBLE, namespace)
     lines = []
     for exercise in EXERCISES:
-        status = _load_answer(exercise, directory / f"{exercise.name}.py", namespace)
-        if status != "yours":
+        verdict = _load_answer(exercise, directory / f"{exercise.name}.py", namespace)
+        if not verdict.passed:
             namespace[exercise.name] = exercise.reference
         if before is None or exercise.lesson < before:
             lines.append(
                 f"  {exercise.lesson} {exercise.name:<30} "
-                + ("yours ✅" if status == "yours" else f"course reference (yours: {status})")
+                + ("yours ✅" if verdict.passed else f"course reference (yours: {verdict.status})")
             )
+            if verdict.reason:
+                lines.append(f"       {verdict.reason} {verdict.next_step}")
     if not quiet:
         print("Answers loaded from my_work/:")
         print("\n".join(lines))
@@ -153,17 +156,6 @@ def load_your_work(
     return SimpleNamespace(**{e.name: namespace[e.name] for e in EXERCISES})
 
 
-def _load_answer(exercise, path: Path, namespace: dict) -> str:
-    """Run a saved answer in ``namespace``: "yours" when it passes its check, else what is wrong."""
-    if not path.exists():
-        return "not found"
-    try:
-        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
-        candidate = namespace.get(exercise.name)
-        if candidate is None:
-            return f"no {exercise.name} in {path.name}"
-        return "yours" if exercise.check.passes(candidate) else "not done yet"
-    except AssertionError:
-        return "fails its check"
-    except Exception as error:  # a broken answer is reported, never fatal
-        return f"raises {type(error).__name__}"
+def _load_answer(exercise, path: Path, namespace: dict) -> Verdict:
+    """Run a saved answer in ``namespace`` and check it: the registry's verdict."""
+    return evaluate_file(exercise, path, namespace)[0]

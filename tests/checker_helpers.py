@@ -47,3 +47,33 @@ class Projections(nn.Module):
 def skeleton(*args, **kwargs):
     """An unsolved function exercise: what the generated skeleton does when called."""
     raise NotImplementedError("Exercise: write this part, then run the check below.")
+
+
+def notebook_cell(source: str, namespace: dict, number: int) -> dict:
+    """Run ``source`` in ``namespace`` as a notebook cell would: compiled under a file name of
+    its own whose lines are in linecache (which is how IPython keeps a cell's source)."""
+    import linecache
+    import textwrap
+
+    source = textwrap.dedent(source)
+    filename = f"<notebook cell {number}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+NOTEBOOK_IMPORTS = (
+    "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+)
+
+# The lesson-02 exercise cell's __init__, as source for a simulated or real notebook cell.
+MHA_INIT_SOURCE = """
+class MultiHeadAttention(nn.Module):
+    def __init__(self, embed_dim, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+"""

@@ -18,4 +18,3 @@ def gpu() -> torch.device:
     if os.environ.get("MHA_COURSE_GPU_TESTS_ON") == "cpu":
         return torch.device("cpu")
     pytest.skip("no CUDA device here (torch.cuda.is_available() is False); run on a GPU machine")
-

@@ -6,10 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from einops import einsum
+from torch.nn.functional import scaled_dot_product_attention as torch_sdpa
 
+import mha_course
 from mha_course.checks import check_scaled_dot_product_attention, check_softmax
 
-from checker_helpers import fails_with, passes
+from checker_helpers import NOTEBOOK_IMPORTS, fails_with, notebook_cell, passes
 
 # ---------------------------------------------------------------- softmax
 
@@ -117,9 +119,43 @@ def sdpa_with_torch(query, key, value, attn_mask=None):
     return out, scores.softmax(-1)
 
 
-@pytest.mark.parametrize("candidate", [sdpa_matmul, sdpa_einsum, sdpa_loop, sdpa_with_torch])
+@pytest.mark.parametrize("candidate", [sdpa_matmul, sdpa_einsum, sdpa_loop])
 def test_sdpa_accepts_every_correct_style(candidate, capsys):
     passes(check_scaled_dot_product_attention, candidate, capsys)
+
+
+def sdpa_full_path(query, key, value, attn_mask=None):
+    weights = sdpa_matmul(query, key, value, attn_mask)[1]
+    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask), weights
+
+
+def sdpa_alias(query, key, value, attn_mask=None):
+    return torch_sdpa(query, key, value, attn_mask), sdpa_matmul(query, key, value, attn_mask)[1]
+
+
+def sdpa_course(query, key, value, attn_mask=None):
+    return mha_course.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask)
+
+
+def sdpa_through_a_helper(query, key, value, attn_mask=None):
+    return sdpa_course(query, key, value, attn_mask)
+
+
+@pytest.mark.parametrize(
+    "candidate, routine",
+    [
+        (sdpa_with_torch, "torch's scaled_dot_product_attention"),
+        (sdpa_full_path, "torch's scaled_dot_product_attention"),
+        (sdpa_alias, "torch's scaled_dot_product_attention"),
+        (sdpa_course, "the course's scaled_dot_product_attention"),
+        (sdpa_through_a_helper, "the course's scaled_dot_product_attention"),
+    ],
+)
+def test_sdpa_that_calls_the_library_is_told_to_write_it(candidate, routine):
+    message = fails_with(check_scaled_dot_product_attention, candidate, routine)
+    assert "write it yourself" in message and "compare with it afterwards" in message
+    assert "test_checks_attention.py, line" in message  # the line that calls it
+    assert "Case" not in message  # no case needed: it fails before running any
 
 
 def variant(
@@ -184,6 +220,108 @@ def transposed_keys_T(query, key, value, attn_mask=None):
 )
 def test_sdpa_names_each_classic_mistake(candidate, phrase):
     fails_with(check_scaled_dot_product_attention, candidate, "Likely cause", phrase)
+
+
+def weights_first(query, key, value, attn_mask=None):
+    return tuple(reversed(sdpa_matmul(query, key, value, attn_mask)))
+
+
+def attend(scores, value, attn_mask, blocked=lambda mask: ~mask):
+    """The rest of the attention from the scores, the mask turned into the blocked keys by
+    ``blocked``."""
+    if attn_mask is not None:
+        scores = scores.masked_fill(blocked(attn_mask), float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def scaled_by_the_number_of_keys(query, key, value, attn_mask=None):
+    return attend(query @ key.transpose(-2, -1) / math.sqrt(key.size(-2)), value, attn_mask)
+
+
+def einsum_summing_the_keys(query, key, value, attn_mask=None):
+    """'...ld,...sd->...l' sums over the keys too; broadcasting then hides the lost axis."""
+    scores = torch.einsum("...ld,...sd->...l", query, key) / math.sqrt(query.size(-1))
+    return attend(scores.unsqueeze(-1).expand(*scores.shape, key.size(-2)), value, attn_mask)
+
+
+def einsum_without_the_key_axis(query, key, value, attn_mask=None):
+    scores = torch.einsum("...ld,...sd->...l", query, key)[..., None] / math.sqrt(query.size(-1))
+    return attend(scores, value[..., :1, :], None)
+
+
+def scores(query, key):
+    return query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+
+
+def mask_unsqueezed(query, key, value, attn_mask=None):
+    # as if the mask came as (B, S): here it is (B, 1, S) already
+    return attend(scores(query, key), value, attn_mask, lambda mask: ~mask.unsqueeze(1))
+
+
+def mask_negated_with_minus(query, key, value, attn_mask=None):
+    return attend(scores(query, key), value, attn_mask, lambda mask: -mask)
+
+
+@pytest.mark.parametrize(
+    "candidate, phrases",
+    [
+        (weights_first, ["you returned (weights, output)", "Return (output, weights)"]),
+        (
+            scaled_by_the_number_of_keys,
+            ["1/√S = 6, the number of keys (key.size(-2))", "d_k = query.size(-1) = 8"],
+        ),
+        (
+            einsum_summing_the_keys,
+            ["every key gets the same weight", "'... l d, ... s d -> ... l s'"],
+        ),
+        (einsum_without_the_key_axis, ["one column instead of one per key"]),
+        (mask_unsqueezed, ["Case 'padding mask", "runs without a mask but not with this one"]),
+        (mask_negated_with_minus, ["Case 'padding mask", "not -attn_mask"]),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_sdpa_names_the_cause_of_these_mistakes_too(candidate, phrases):
+    message = fails_with(check_scaled_dot_product_attention, candidate, "Likely cause", *phrases)
+    for wrong in ("key.T reverses", "variable of the notebook", "scale = 0"):
+        assert wrong not in message
+
+
+def test_sdpa_a_crash_shows_the_learners_line_and_not_the_checkers():
+    def crashes(query, key, value, attn_mask=None):
+        scores = query @ key.transpose(0, 1) / math.sqrt(query.size(-1))  # right for 2-D only
+        weights = scores.softmax(-1)
+        return weights @ value, weights
+
+    message = fails_with(
+        check_scaled_dot_product_attention, crashes, "Case 'a batch", "RuntimeError"
+    )
+    assert "test_checks_attention.py, line" in message and "in crashes:" in message
+    assert "scores = query @ key.transpose(0, 1) / math.sqrt(query.size(-1))  # right" in message
+    assert "_core.py" not in message and "checks/attention.py" not in message
+
+
+def test_sdpa_a_variable_of_the_notebook_is_named():
+    cells: dict = {}
+    notebook_cell(NOTEBOOK_IMPORTS + "d_k = 8\n", cells, 1)
+    notebook_cell(
+        """
+        def scaled_dot_product_attention(query, key, value, attn_mask=None):
+            scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+            weights = torch.softmax(scores, dim=-1)
+            return weights @ value, weights
+        """,
+        cells,
+        2,
+    )
+    fails_with(
+        check_scaled_dot_product_attention,
+        cells["scaled_dot_product_attention"],
+        "uses `d_k` (= 8), a variable of the notebook",
+        "<notebook cell 2>, line 3:",
+        "scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)",
+        "from the inputs",
+    )
 
 
 def test_sdpa_a_notebook_global_d_k_is_caught():

@@ -161,6 +161,13 @@ def test_rescaling_mistakes_are_caught_where_the_max_rises():
     assert "Case 'one head" in message or "the max rises" in message
 
 
+def test_calling_a_fused_attention_is_told_to_write_it():
+    def fused(q, k, v, block_size):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    fails_with(fused, "Your attention_in_blocks calls torch's scaled_dot_product_attention")
+
+
 def test_not_done_yet_prints_and_returns(capsys):
     def skeleton(q, k, v, block_size):
         # 1. running state per query

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import nn
 
+import mha_course
 from mha_course import MultiHeadAttention as TorchStyleMHA
 from mha_course import reference
 from mha_course.checks import (
@@ -62,9 +63,41 @@ def ln_functional(self, x):
     return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
 
 
-@pytest.mark.parametrize("normalise", [ln_var, ln_var_mean, ln_squares, ln_functional])
+@pytest.mark.parametrize("normalise", [ln_var, ln_var_mean, ln_squares])
 def test_layer_norm_accepts_correct_answers(normalise, capsys):
     passes(check_layer_norm, layer_norm_class(normalise), capsys)
+
+
+def ln_torch(self, x):
+    return torch.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+
+
+class WrapsTorchs(nn.Module):
+    def __init__(self, normalized_shape, eps=1e-5):
+        super().__init__()
+        self.inner = nn.LayerNorm(normalized_shape, eps=eps)
+        self.weight, self.bias = self.inner.weight, self.inner.bias
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+class SubclassesTorchs(nn.LayerNorm):
+    pass
+
+
+@pytest.mark.parametrize(
+    "candidate, phrase",
+    [
+        (layer_norm_class(ln_functional), "calls torch's layer_norm (torch.nn.functional)"),
+        (layer_norm_class(ln_torch), "calls torch's layer_norm"),
+        (WrapsTorchs, "calls torch's nn.LayerNorm"),
+        (SubclassesTorchs, "subclasses torch's nn.LayerNorm"),
+    ],
+    ids=["F.layer_norm", "torch.layer_norm", "wraps nn.LayerNorm", "subclasses nn.LayerNorm"],
+)
+def test_layer_norm_that_calls_torchs_is_told_to_write_it(candidate, phrase):
+    fails_with(check_layer_norm, candidate, f"Your LayerNorm {phrase}", "write it yourself")
 
 
 def test_layer_norm_accepts_the_reference_and_torchs_own(capsys):
@@ -312,6 +345,17 @@ def test_positional_encoding_square_transposed_is_diagnosed_from_values():
         "max_len=16, d_model=16",
         "differ from the reference",
         "transposed",
+    )
+
+
+def test_positional_encoding_that_calls_the_courses_is_told_to_write_it():
+    def course_table(max_len, d_model):
+        return mha_course.positional_encoding(max_len, d_model)
+
+    fails_with(
+        check_positional_encoding,
+        course_table,
+        "Your positional_encoding calls the course's positional_encoding",
     )
 
 
@@ -572,6 +616,15 @@ def test_encoder_layer_structure_problems():
         "linear1.weight has shape (64, 16), expected (32, 16)",
         "nn.Linear(d_model, d_ff)",
     )
+
+
+def test_encoder_layer_that_wraps_torchs_is_told_to_write_it():
+    class EncoderLayer(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+            super().__init__()
+            self.layer = nn.TransformerEncoderLayer(d_model, num_heads, d_ff, dropout)
+
+    fails_with(check_encoder_layer, EncoderLayer, "calls torch's nn.TransformerEncoderLayer")
 
 
 def test_encoder_layer_dropout_must_stop_in_eval():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 import pytest
 import torch
@@ -14,12 +15,12 @@ from mha_course import reference
 from mha_course.checks import check_multi_head_attention
 
 import checker_helpers as shared
-from checker_helpers import Projections
+from checker_helpers import MHA_INIT_SOURCE, NOTEBOOK_IMPORTS, Projections, notebook_cell
 
 
 def passes(candidate, capsys):
     out = shared.passes(check_multi_head_attention, candidate, capsys)
-    assert out.startswith("✅ multi_head_attention: all 5 cases"), out
+    assert out.startswith("✅ MultiHeadAttention: all 5 cases"), out
 
 
 def fails_with(candidate, *phrases):
@@ -219,7 +220,7 @@ def test_unsolved_skeleton_is_not_done_yet(capsys):
 
     for skeleton in (Skeleton, EmptySkeleton):
         assert check_multi_head_attention(skeleton) is None
-        assert "⏳ multi_head_attention: not done yet" in capsys.readouterr().out
+        assert "⏳ MultiHeadAttention: not done yet" in capsys.readouterr().out
         assert check_multi_head_attention.passes(skeleton) is False
 
 
@@ -283,3 +284,113 @@ def test_a_crash_names_the_case():
             return super().forward(query, key, value, attn_mask)
 
     fails_with(HardCodedHeadSize, "Case '8 heads of size 4", "RuntimeError", "Likely cause")
+
+
+# ---------------------------------------------------------------- causes that were named wrongly
+
+
+def test_forgetting_super_init_is_named():
+    class NoSuperInit(Einsum):
+        def __init__(self, embed_dim, num_heads):  # no super().__init__()
+            self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+            self.q_proj = nn.Linear(embed_dim, embed_dim)
+
+    message = fails_with(NoSuperInit, "raised AttributeError", "super().__init__()")
+    assert "shape mix-up" not in message and "_core.py" not in message
+
+
+def test_weights_and_output_swapped_are_named():
+    class Swapped(Einsum):
+        def forward(self, query, key, value, attn_mask=None):
+            return tuple(reversed(super().forward(query, key, value, attn_mask)))
+
+    fails_with(Swapped, "you returned (weights, output)", "Return (output, weights)")
+
+
+def test_a_mask_unsqueezed_once_too_often_is_named():
+    class Unsqueezed(Wrong):
+        def forward(self, query, key, value, attn_mask=None):
+            if attn_mask is not None and attn_mask.dim() == 4:  # as if it came as (B, S)
+                attn_mask = attn_mask.unsqueeze(1)
+            return super().forward(query, key, value, attn_mask)
+
+    message = fails_with(
+        Unsqueezed, "Case 'padding mask", "runs without a mask but not with this one", "unsqueeze"
+    )
+    assert "notebook's variables" not in message
+
+
+def test_scores_summed_over_the_keys_are_named():
+    class KeysSummed(Einsum):
+        def forward(self, query, key, value, attn_mask=None):
+            B, L, E = query.shape
+            S = key.size(1)
+            q = self.q_proj(query).unflatten(-1, (self.num_heads, self.head_dim))
+            k = self.k_proj(key).unflatten(-1, (self.num_heads, self.head_dim))
+            v = self.v_proj(value).unflatten(-1, (self.num_heads, self.head_dim))
+            scores = torch.einsum("blhd,bshd->bhl", q, k)[..., None].expand(B, -1, L, S)
+            weights = (scores / self.head_dim**0.5).softmax(dim=-1)
+            heads = torch.einsum("bhls,bshd->blhd", weights, v)
+            return self.out_proj(heads.flatten(-2)), weights
+
+    fails_with(KeysSummed, "every key gets the same weight")
+
+
+@pytest.mark.parametrize(
+    "wrapped, routine",
+    [
+        ("nn.MultiheadAttention(embed_dim, num_heads, batch_first=True)", "torch's nn.Multihead"),
+        ("mha_course.MultiHeadAttention(embed_dim, num_heads)", "the course's MultiHeadAttention"),
+    ],
+)
+def test_wrapping_a_library_multi_head_attention_is_named(wrapped, routine):
+    cells = notebook_cell(NOTEBOOK_IMPORTS + "import mha_course\n", {}, 1)
+    notebook_cell(
+        f"""
+        class MultiHeadAttention(nn.Module):
+            def __init__(self, embed_dim, num_heads):
+                super().__init__()
+                self.attention = {wrapped}
+
+            def forward(self, query, key, value, attn_mask=None):
+                return self.attention(query, key, value, need_weights=True)
+        """,
+        cells,
+        2,
+    )
+    fails_with(cells["MultiHeadAttention"], f"Your MultiHeadAttention calls {routine}", "yourself")
+
+
+def test_subclassing_torchs_module_is_named():
+    class MultiHeadAttention(nn.MultiheadAttention):
+        def __init__(self, embed_dim, num_heads):
+            super().__init__(embed_dim, num_heads, batch_first=True)
+
+    fails_with(MultiHeadAttention, "subclasses torch's nn.MultiheadAttention")
+
+
+def test_a_variable_of_the_notebook_is_named():
+    cells = notebook_cell(
+        NOTEBOOK_IMPORTS + "B, L, d_model, h = 2, 5, 24, 4\nd_k = d_model // h\n", {}, 1
+    )
+    forward = """
+    def forward(self, query, key, value, attn_mask=None):
+        B, L, E = query.shape
+        q, k, v = (
+            p(x).view(B, -1, self.num_heads, E // self.num_heads).transpose(1, 2)
+            for p, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return self.out_proj((weights @ v).transpose(1, 2).reshape(B, L, E)), weights
+"""
+    notebook_cell(MHA_INIT_SOURCE + textwrap.indent(forward, "    "), cells, 2)
+    message = fails_with(
+        cells["MultiHeadAttention"],
+        "Your MultiHeadAttention uses `d_k` (= 6), a variable of the notebook",
+        "<notebook cell 2>, line 17:",
+        "from self",
+    )
+    assert "Case" not in message  # caught before any case, though this one would pass them

@@ -1,11 +1,19 @@
 """What the set-up cell starts: exercise cells watched and saved, answers loaded in later
 lessons, and the fallback to the reference."""
 
+import pytest
 import torch
 
-from mha_course import checks, reference
+from mha_course import checks, notebook, reference
 from mha_course.notebook import after_exercise_cell, last_run, load_your_work
 from mha_course.work import save_answer
+
+
+@pytest.fixture(autouse=True)
+def fresh_cell_runs(monkeypatch):
+    """Each test starts with no exercise cell run, and leaves none behind for other tests."""
+    monkeypatch.setattr(notebook, "_LAST_RUNS", {})
+
 
 GOOD_SOFTMAX = """# exercise: softmax
 def softmax(scores):

@@ -27,24 +27,41 @@ __all__ = [
 
 
 def yours_or_reference(check, yours, reference):
-    """Return ``yours`` when it passes ``check``, else ``reference``, and say which one is used.
+    """Return ``yours`` when it passes ``check``, else ``reference``, and say which one is used
+    (and, when it is the reference, why in one line, and what to do).
 
     Cells after an exercise call this, so an unfinished exercise does not break the rest of the
     lesson: they run on the course's reference until the learner's version passes.
     """
-    name = getattr(check, "exercise", "your code")
-    try:
-        passed = yours is not None and check.passes(yours)
-        problem = "is not done yet"
-    except AssertionError:
-        passed, problem = False, f"does not pass check_{name} yet"
-    if passed:
-        print(f"Using your {name} (it passes check_{name}).")
+    from ..exercises import evaluate  # the registry imports the checkers
+
+    verdict = evaluate(check, yours)
+    name, check_name = verdict.exercise.name, getattr(check, "__name__", "its check")
+    if verdict.passed:
+        print(f"Using your {name} (it passes {check_name}).")
         return yours
+    problem, then = {
+        "not done yet": (
+            "is not done yet",
+            "Finish the exercise and re-run this cell to use yours.",
+        ),
+        "did not run": (
+            "is an earlier definition: its exercise cell did not run",
+            "Fix the cell, run it, then re-run this cell.",
+        ),
+    }.get(
+        verdict.status,
+        (
+            f"does not pass {check_name} yet",
+            "Run the check cell above for the full message; fix your answer, then re-run this cell.",
+        ),
+    )
     print(
         f"Your {name} {problem}, so the cells below use the course's reference "
-        f"(mha_course.reference). Finish the exercise and re-run this cell to use yours."
+        f"(mha_course.reference). {then}"
     )
+    if verdict.reason:
+        print(f"  ({verdict.reason})")
     return reference
 
 

@@ -6,41 +6,146 @@
 * prints "not done yet" when the candidate still raises NotImplementedError (the unsolved
   skeleton), so an unsolved notebook still runs top to bottom;
 * raises :class:`ExerciseFailure` (an ``AssertionError``) otherwise, saying which case failed,
-  what was expected, what came, and the likely cause in plain words.
+  what was expected, what came, and the likely cause in plain words. In a notebook it shows only
+  that message (a few lines), never the checker's own code.
 
 A checker is a function that runs cases and raises ``ExerciseFailure`` itself; :func:`checker`
-wraps it with the protocol above. Likely causes come from *diagnosis*: the checker also runs the
-classic wrong versions of the exercise on the same inputs and names the one the candidate matches.
+wraps it with the protocol above, after three looks at the answer itself: did its exercise cell
+run, does it call the library routine it is meant to replace, does it use a variable of the
+notebook. Likely causes come from *diagnosis*: the checker also runs the classic wrong versions
+of the exercise on the same inputs and names the one the candidate matches.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from .._validate import shape_str
+from ._inspect import (
+    frame_lines,
+    learner_frames,
+    library_call,
+    notebook_variable,
+    source_line,
+    where,
+)
 
 __all__ = [
     "ExerciseFailure",
+    "CellDidNotRun",
     "NotDoneYet",
     "Mistake",
+    "Checker",
     "checker",
     "call_candidate",
+    "crashed",
+    "error_line",
+    "call_with_mask",
     "require_shape",
     "compare",
     "diagnose",
 ]
 
+MAX_LINES = 15  # what a failing check may show in a notebook, all told
+
 
 class ExerciseFailure(AssertionError):
-    """The candidate runs but gives a wrong answer (or crashes); the message says why."""
+    """The candidate runs but gives a wrong answer (or crashes); the message says why.
+
+    In IPython it renders as its message under one header line, without a traceback: the
+    checker's frames would only hide the few lines that matter. When the learner's own code
+    raised, the message already shows where (their file or cell, the line, the error).
+    """
+
+    check: str | None = None  # "check_softmax": set by the checker that raised it
+    learner: str | None = None  # what the learner wrote: "softmax"
+
+    @property
+    def case(self) -> str | None:
+        """The case that failed, as the message names it."""
+        match = re.match(r"Case (['\"])(.*?)\1: ", str(self))
+        return match.group(2) if match else None
+
+    @property
+    def likely_cause(self) -> str | None:
+        match = re.search(r"^Likely cause: (.*)$", str(self), re.MULTILINE)
+        return match.group(1) if match else None
+
+    @property
+    def raised(self) -> BaseException | None:
+        """The learner's error, when their code crashed."""
+        error = self.__cause__
+        return None if error is None or isinstance(error, ExerciseFailure) else error
+
+    def short(self, limit: int = 150) -> str:
+        """One line: the case and the likely cause, or the learner's error and where it came from."""
+        case = self.case
+        prefix = "" if case is None else f"case {_case_label(case)!r}: "
+        if self.raised is not None:
+            return _clip(prefix + error_line(self.raised), limit + 40)
+        text = self.likely_cause or re.sub(r"^Case (['\"]).*?\1: ", "", str(self)).split("\n")[0]
+        return _clip(prefix + re.split(r"(?<=\.) ", text)[0], limit)
+
+    def with_cause(self, cause: str) -> ExerciseFailure:
+        """The same failure with another likely cause (raise it ``from`` the learner's error)."""
+        return ExerciseFailure(str(self).split("\nLikely cause: ")[0] + f"\nLikely cause: {cause}")
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows instead of a traceback (see IPython's ``showtraceback``)."""
+        what = f"{self.check}({self.learner})" if self.check and self.learner else "the check"
+        lines = str(self).splitlines()
+        if len(lines) > MAX_LINES - 1:
+            lines = lines[: MAX_LINES - 2] + ["  ... (print the error for the rest of the message)"]
+        return [f"\x1b[31mAssertionError\x1b[0m: {what} failed"] + lines
+
+
+class CellDidNotRun(ExerciseFailure):
+    """The exercise cell's last run failed, so the name still holds an earlier definition."""
 
 
 class NotDoneYet(Exception):
     """The candidate is still the unsolved skeleton (it raised NotImplementedError)."""
+
+
+def _case_label(case: str, limit: int = 40) -> str:
+    """The start of a case's name, up to its first ":" or ";" and at most ``limit`` long, cut
+    outside parentheses: "padding mask (2, 1, 1, 7), True = ..." -> "padding mask (2, 1, 1, 7)"."""
+    depth, commas = 0, []
+    for i, char in enumerate(case):
+        depth += (char == "(") - (char == ")")
+        if depth == 0 and char in ":;":
+            case = case[:i]
+            break
+        if depth == 0 and case.startswith(", ", i) and i <= limit:
+            commas.append(i)
+    if len(case) <= limit:
+        return case
+    return case[: commas[-1]] if commas else _clip(case, limit)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _error_text(error: BaseException) -> str:
+    if isinstance(error, SyntaxError):
+        return f"{type(error).__name__}: {error.msg}"
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def error_line(error: BaseException) -> str:
+    """One line: the learner's error and the line of their code that raised it."""
+    frames = [frame[:2] for frame in learner_frames(error)[-1:]]
+    if isinstance(error, SyntaxError) and error.filename:
+        frames = [(error.filename, error.lineno)]
+    at = "".join(f" (at {where(file, line)}: {source_line(file, line)})" for file, line in frames)
+    return _error_text(error) + at
 
 
 @dataclass(frozen=True)
@@ -52,44 +157,165 @@ class Mistake:
     explanation: str
 
 
-def checker(exercise: str, what_to_do: str) -> Callable:
-    """Turn ``run_cases(candidate) -> number of cases`` into a checker with the protocol above.
+class Checker:
+    """A checker: ``check(candidate)`` prints ✅ or ⏳, or raises ExerciseFailure (see above)."""
 
-    The checker itself returns None (so a notebook cell shows only its message);
-    ``check.passes(candidate)`` is the quiet form for code: True when it passes, False when it is
-    not done yet, and it raises :class:`ExerciseFailure` when it is wrong.
+    def __init__(self, run_cases: Callable[..., int], exercise: str, what_to_do: str, own_work):
+        functools.update_wrapper(self, run_cases)
+        self._run_cases, self._exercise, self.what_to_do = run_cases, exercise, what_to_do
+        self.own_work = dict(own_work or {})  # {"torch's ...": routine the learner must not call}
+
+    @property
+    def exercise(self) -> str:
+        """What the learner writes (``MultiHeadAttention``): the name the registry gives it."""
+        from ..exercises import registered_name  # the registry imports the checkers
+
+        return registered_name(self) or self._exercise
+
+    def __call__(self, candidate) -> None:
+        try:
+            n_cases = self.run(candidate)
+        except NotDoneYet:
+            print(f"⏳ {self.exercise}: not done yet. {self.what_to_do} Then re-run this cell.")
+            return
+        print(f"✅ {self.exercise}: all {n_cases} cases match the reference. Well done!")
+
+    def passes(self, candidate) -> bool:
+        """The quiet form, for code: True when it passes, False when it is not done yet; raises
+        :class:`ExerciseFailure` when it is wrong."""
+        try:
+            self.run(candidate, cell=False)
+        except NotDoneYet:
+            return False
+        return True
+
+    def run(self, candidate, *, cell: bool = True) -> int:
+        """The number of cases passed; raises NotDoneYet or ExerciseFailure. ``cell``: the
+        candidate is what the notebook's exercise cell defined, so a failed last run of that
+        cell means it is stale."""
+        try:
+            if cell:
+                self._require_cell_ran(candidate)
+            self._require_own_work(candidate)
+            return self._run_cases(candidate)
+        except ExerciseFailure as failure:
+            failure.check, failure.learner = self.__name__, self.exercise
+            raise
+        except (NotDoneYet, NotImplementedError):
+            raise NotDoneYet() from None
+        except Exception as error:  # the answer broke the checker's own steps: say how
+            failure = crashed(
+                None, error, f"compare your {self.exercise} with the exercise's skeleton."
+            )
+            failure.check, failure.learner = self.__name__, self.exercise
+            raise failure from error
+
+    def _require_cell_ran(self, candidate) -> None:
+        from ..notebook import last_run  # the notebook module imports the registry
+
+        name, run = self.exercise, last_run(self.exercise)
+        if run is None or run.succeeded or getattr(candidate, "__name__", None) != name:
+            return
+        before_running = run.error.split(":")[0] in ("SyntaxError", "IndentationError", "TabError")
+        raise CellDidNotRun(
+            f"Your `# exercise: {name}` cell "
+            + (f"did not run: {run.error}." if before_running else f"stopped with {run.error}.")
+            + f"\nSo `{name}` is {'still' if before_running else 'maybe still'} the earlier "
+            f"definition: fix the cell, run it, then run this check again."
+        )
+
+    def _require_own_work(self, candidate) -> None:
+        name = self.exercise
+        found = library_call(candidate, self.own_work)
+        if found is not None:
+            raise ExerciseFailure(
+                "\n".join(
+                    [f"Your {name} {'calls' if found.lineno else 'subclasses'} {found.name}:"]
+                    + found.lines()
+                    + [
+                        "The exercise is to write it yourself (it is fine to compare with it "
+                        f"afterwards, outside your {name})."
+                    ]
+                )
+            )
+        found = notebook_variable(candidate)
+        if found is not None:
+            inside = "from self (keep __init__'s arguments on it: self.num_heads = num_heads) and "
+            raise ExerciseFailure(
+                "\n".join(
+                    [
+                        f"Your {name} uses `{found.name}` ({_describe(found.value, equals=True)}), "
+                        f"a variable of the notebook, defined outside your {name}'s cell:"
+                    ]
+                    + found.lines()
+                    + [
+                        f"Later lessons load your {name} without the notebook's variables, and the "
+                        f"check uses other sizes. Take sizes "
+                        f"{inside if isinstance(candidate, type) else ''}from the inputs instead, "
+                        "e.g. d_k = query.size(-1) or B, L, E = x.shape."
+                    ]
+                )
+            )
+
+
+def checker(exercise: str, what_to_do: str, *, own_work: dict | None = None) -> Callable:
+    """Turn ``run_cases(candidate) -> number of cases`` into a :class:`Checker`.
+
+    ``exercise`` is what the learner writes (the registry's name wins if they differ);
+    ``own_work`` names the library routines the exercise replaces ({"torch's ...": routine}):
+    an answer that calls one fails at once. The checker returns None (so a notebook cell shows
+    only its message); ``check.passes(candidate)`` is the quiet form for code.
     """
 
-    def decorate(run_cases: Callable[..., int]) -> Callable[..., None]:
-        def passes(candidate) -> bool:
-            __tracebackhide__ = True  # noqa: F841  (IPython and pytest hide this frame)
-            try:
-                run_cases(candidate)
-            except NotDoneYet:
-                return False
-            return True
-
-        @functools.wraps(run_cases)
-        def check(candidate) -> None:
-            __tracebackhide__ = True  # noqa: F841
-            try:
-                n_cases = run_cases(candidate)
-            except NotDoneYet:
-                print(f"⏳ {exercise}: not done yet. {what_to_do} Then re-run this cell.")
-                return
-            print(f"✅ {exercise}: all {n_cases} cases match the reference. Well done!")
-
-        check.exercise = exercise
-        check.passes = passes
-        return check
+    def decorate(run_cases: Callable[..., int]) -> Checker:
+        return Checker(run_cases, exercise, what_to_do, own_work)
 
     return decorate
 
 
+_KNOWN_CRASHES = (
+    (
+        "before Module.__init__() call",
+        "your __init__ does not call super().__init__() before creating its layers: make "
+        "super().__init__() the first line of __init__.",
+    ),
+    (
+        "on a bool tensor is not supported",
+        "a bool mask is inverted with ~attn_mask (or attn_mask.logical_not()), not -attn_mask.",
+    ),
+    (
+        "with a bool tensor is not supported",
+        "a bool mask is inverted with ~attn_mask (or attn_mask.logical_not()), not 1 - attn_mask.",
+    ),
+)
+
+
+def _known_crash(error: BaseException) -> str | None:
+    return next((why for text, why in _KNOWN_CRASHES if text in str(error)), None)
+
+
+def crashed(case: str | None, error: BaseException, hint: str = "", inputs: str = ""):
+    """The failure to raise (``from error``) when the learner's code raised ``error``: the case,
+    the error, the learner's line that raised it, the inputs and the likely cause."""
+    hint = (
+        _known_crash(error)
+        or hint
+        or "a shape mix-up; print the shapes inside your code, step by step."
+    )
+    lines = [
+        ("" if case is None else f"Case {case!r}: ") + f"your code raised {_error_text(error)}"
+    ]
+    lines += frame_lines(error)
+    if inputs:
+        lines.append(f"  inputs: {inputs}")
+    lines.append(f"Likely cause: {hint}")
+    return ExerciseFailure("\n".join(lines))
+
+
 def call_candidate(candidate: Callable, case: str, *args, crash_hint: str = "", **kwargs):
     """Call the learner's code; turn NotImplementedError into NotDoneYet and a crash into a
-    failure that says which case crashed, with what inputs, and (``crash_hint``) what to look at."""
-    __tracebackhide__ = True  # noqa: F841
+    failure that says which case crashed, where, with what inputs, and (``crash_hint``) what to
+    look at."""
     try:
         return candidate(*args, **kwargs)
     except NotImplementedError:
@@ -98,18 +324,39 @@ def call_candidate(candidate: Callable, case: str, *args, crash_hint: str = "", 
         inputs = ", ".join(
             [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()]
         )
-        hint = crash_hint or "a shape mix-up; print the shapes inside your code, step by step."
-        raise ExerciseFailure(
-            f"Case {case!r}: your code raised {type(error).__name__}: {error}\n"
-            f"  inputs: {inputs}\n"
-            f"Likely cause: {hint}"
-        ) from error
+        raise crashed(case, error, crash_hint, inputs) from error
 
 
-def _describe(x) -> str:
+def call_with_mask(candidate, case: str, *args, attn_mask, crash_hint: str, mask_hint: str):
+    """:func:`call_candidate` with ``attn_mask=attn_mask``; when the learner's code crashes with
+    the mask and runs without it, the likely cause is ``mask_hint``."""
+    try:
+        return call_candidate(candidate, case, *args, attn_mask=attn_mask, crash_hint=crash_hint)
+    except ExerciseFailure as failure:
+        error = failure.raised
+        if attn_mask is None or error is None or _known_crash(error) or not _runs(candidate, *args):
+            raise
+        raise failure.with_cause(mask_hint) from error
+
+
+def _runs(candidate: Callable, *args) -> bool:
+    try:
+        with torch.no_grad():
+            candidate(*args)
+    except Exception:
+        return False
+    return True
+
+
+def _describe(x, equals: bool = False) -> str:
+    """``tensor(2, 4)``, ``8``, ``Linear``; with ``equals``: ``a tensor(2, 4)``, ``= 8``, ``a Linear``."""
     if isinstance(x, torch.Tensor):
-        return f"tensor{shape_str(x.shape)}" + ("" if x.is_floating_point() else f" {x.dtype}")
-    return repr(x) if x is None or isinstance(x, (int, float, bool, str)) else type(x).__name__
+        text = f"tensor{shape_str(x.shape)}" + ("" if x.is_floating_point() else f" {x.dtype}")
+    elif x is None or isinstance(x, (int, float, bool, str)):
+        return f"= {x!r}" if equals else repr(x)
+    else:
+        text = type(x).__name__
+    return f"a {text}" if equals else text
 
 
 def require_shape(case: str, what: str, got, expected: Sequence[int], hint: str = "") -> None:

@@ -5,19 +5,35 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
-from .. import reference
+from .. import attention, reference
+from .._validate import shape_str
 from ._core import (
     ExerciseFailure,
     Mistake,
+    _close,
     call_candidate,
+    call_with_mask,
     checker,
     compare,
     diagnose,
     require_shape,
 )
 
-__all__ = ["check_softmax", "check_scaled_dot_product_attention"]
+__all__ = [
+    "check_softmax",
+    "check_scaled_dot_product_attention",
+    "ATTENTION_ROUTINES",
+    "keys_summed_hint",
+]
+
+# What lessons 01 and 06 ask the learner to write themselves (the checker names the one called).
+ATTENTION_ROUTINES = {
+    "torch's scaled_dot_product_attention": F.scaled_dot_product_attention,
+    "the course's scaled_dot_product_attention (mha_course)": attention.scaled_dot_product_attention,
+    "the course's reference (mha_course.reference)": reference.scaled_dot_product_attention,
+}
 
 
 # ---------------------------------------------------------------- softmax (lesson 00)
@@ -256,6 +272,18 @@ def _sdpa_cases():
     )
 
 
+def keys_summed_hint(w: torch.Tensor) -> str | None:
+    """When every key gets the same weight: the scores did not depend on the key."""
+    rows = w.detach().double()
+    if rows.size(-1) < 2 or not torch.allclose(rows, rows.mean(-1, keepdim=True), atol=1e-6):
+        return None
+    return (
+        f"every key gets the same weight (1/S = 1/{w.size(-1)}): your scores do not depend on the "
+        "key. Did the einsum (or a sum) add up over the keys? Keep one score per query and key: "
+        "einsum('... l d, ... s d -> ... l s', query, key), i.e. query @ key.transpose(-2, -1)."
+    )
+
+
 def _scale_hint(q, k, w) -> str | None:
     """When the weights are a softmax of s·Q Kᵀ with the wrong s, say what s was."""
     raw = (q.double() @ k.double().transpose(-2, -1)).reshape(-1, k.size(-2))
@@ -264,17 +292,27 @@ def _scale_hint(q, k, w) -> str | None:
     s = (raw_c * logw_c).sum() / (raw_c * raw_c).sum()
     if not torch.isfinite(s) or (logw_c - s * raw_c).abs().max() > 1e-3:
         return None
-    expected = 1.0 / math.sqrt(q.size(-1))
+    d_k, S, L = q.size(-1), k.size(-2), q.size(-2)
+    expected = 1.0 / math.sqrt(d_k)
     fixed = round(1.0 / s.item() ** 2) if s.item() > 1e-3 else 0  # the d_k this scale is 1/√ of
-    if fixed > 0 and fixed != q.size(-1) and math.isclose(s.item(), fixed**-0.5, rel_tol=1e-3):
+    if fixed > 0 and fixed != d_k and math.isclose(s.item(), fixed**-0.5, rel_tol=1e-3):
+        used = {
+            S: f"S = {S}, the number of keys (key.size(-2))",
+            L: f"L = {L}, the number of queries (query.size(-2))",
+        }.get(fixed)
+        if used is not None:
+            return (
+                f"you scaled by 1/√{used}. d_k is the size of each query and key vector: "
+                f"d_k = query.size(-1) = {d_k} here."
+            )
         return (
             f"your weights are softmax(scale · Q Kᵀ) with scale = {s.item():.4g} = 1/√{fixed}, but here "
-            f"d_k = {q.size(-1)}: did you use a fixed d_k, such as a variable of the notebook? Take it "
+            f"d_k = {d_k}: did you use a fixed d_k, such as a variable of the notebook? Take it "
             f"from the inputs: d_k = query.size(-1)."
         )
     return (
         f"your weights are softmax(scale · Q Kᵀ) with scale = {s.item():.4g}, but the scale must be "
-        f"1/√d_k = {expected:.4g} (d_k = {q.size(-1)}, the size of each query and key vector)."
+        f"1/√d_k = {expected:.4g} (d_k = {d_k}, the size of each query and key vector)."
     )
 
 
@@ -295,9 +333,55 @@ _CRASH_HINT = (
 )
 
 
+def _mask_hint(mask: torch.Tensor) -> str:
+    return (
+        f"your code runs without a mask but not with this one. attn_mask {shape_str(mask.shape)} "
+        "is already shaped to broadcast against the scores (..., L, S): use it as it is, "
+        "scores.masked_fill(~attn_mask, float('-inf')), with no unsqueeze, view or transpose."
+    )
+
+
+def _returned_pair(case, result, ref_out, ref_w):
+    """The candidate's (output, weights), after checking it is a pair in that order."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ExerciseFailure(
+            f"Case {case!r}: return a tuple (output, weights); got {type(result).__name__}"
+            + (f" of length {len(result)}" if isinstance(result, tuple) else "")
+            + "."
+        )
+    out, w = result
+    if all(isinstance(t, torch.Tensor) for t in result) and (
+        (out.shape == ref_w.shape and w.shape == ref_out.shape and out.shape != w.shape)
+        or (_close(out, ref_w, 1e-5, 1e-4) and _close(w, ref_out, 1e-5, 1e-4))
+    ):
+        raise ExerciseFailure(
+            f"Case {case!r}: you returned (weights, output): the first tensor is "
+            f"{shape_str(out.shape)}, the shape of the weights, and the second "
+            f"{shape_str(w.shape)}, that of the output.\n"
+            "Likely cause: the order of the pair. Return (output, weights): "
+            "return weights @ value, weights."
+        )
+    return out, w
+
+
+def _weights_shape_hint(w, ref_w: torch.Tensor, mask) -> str:
+    if isinstance(w, torch.Tensor) and tuple(w.shape) == (*ref_w.shape[:-1], 1):
+        return (
+            "your weights have one column instead of one per key: the einsum (or sum) removed the "
+            "key axis. Keep it: einsum('... l d, ... s d -> ... l s', query, key)."
+        )
+    if mask is not None and isinstance(w, torch.Tensor) and w.dim() > ref_w.dim():
+        return _mask_hint(mask)
+    return (
+        "weights are (..., L, S): one row per query, one column per key. "
+        "Compute query @ key.transpose(-2, -1); key.T reverses *all* dims of a batched tensor."
+    )
+
+
 @checker(
     "scaled_dot_product_attention",
     "Replace `raise NotImplementedError` with your code: scores, scale, mask, softmax, weighted sum.",
+    own_work=ATTENTION_ROUTINES,
 )
 def check_scaled_dot_product_attention(candidate) -> int:
     """Check ``candidate(query, key, value, attn_mask=None) -> (output, weights)`` against the
@@ -305,24 +389,21 @@ def check_scaled_dot_product_attention(candidate) -> int:
     mistakes = _mistakes()
     n = 0
     for case, q, k, v, mask in _sdpa_cases():
-        result = call_candidate(
-            candidate, case, q.clone(), k.clone(), v.clone(), attn_mask=mask, crash_hint=_CRASH_HINT
+        result = call_with_mask(
+            candidate,
+            case,
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            attn_mask=mask,
+            crash_hint=_CRASH_HINT,
+            mask_hint=mask is not None and _mask_hint(mask),
         )
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise ExerciseFailure(
-                f"Case {case!r}: return a tuple (output, weights); got {type(result).__name__}"
-                + (f" of length {len(result)}" if isinstance(result, tuple) else "")
-                + "."
-            )
-        out, w = result
         ref_out, ref_w = reference.scaled_dot_product_attention(
             q.double(), k.double(), v.double(), attn_mask=mask
         )
-        shape_hint = (
-            "weights are (..., L, S): one row per query, one column per key. "
-            "Compute query @ key.transpose(-2, -1); key.T reverses *all* dims of a batched tensor."
-        )
-        require_shape(case, "weights", w, ref_w.shape, shape_hint)
+        out, w = _returned_pair(case, result, ref_out, ref_w)
+        require_shape(case, "weights", w, ref_w.shape, _weights_shape_hint(w, ref_w, mask))
         output_hint = "output is (..., L, Ev): weights (..., L, S) @ value (..., S, Ev)."
         if isinstance(out, torch.Tensor) and out.shape[-1:] == k.shape[-1:] != v.shape[-1:]:
             output_hint = "your output has the keys' size; it should mix the values: output = weights @ value."
@@ -334,6 +415,8 @@ def check_scaled_dot_product_attention(candidate) -> int:
                 "NaN in the weights: exp overflowed. Use torch.softmax (it subtracts each row's max) "
                 "instead of exp(scores) / sum."
             )
+        if cause is None:
+            cause = keys_summed_hint(w)
         if cause is None and mask is None:
             cause = _scale_hint(q, k, w)
         if cause is None:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from .. import encoder
 from .._validate import shape_str
 from ..attention import scaled_dot_product_attention
 from ._core import (
@@ -29,6 +30,12 @@ from ._core import (
 __all__ = ["check_encoder_layer"]
 
 _NAMES = "self_attn, linear1, linear2, norm1, norm2"
+
+# What lesson 04 asks the learner to write themselves (the checker names the one called).
+ENCODER_ROUTINES = {
+    "torch's nn.TransformerEncoderLayer": nn.TransformerEncoderLayer,
+    "the course's EncoderLayer (mha_course)": encoder.EncoderLayer,
+}
 
 
 # ---------------------------------------------------------------- the layer, piece by piece
@@ -327,9 +334,10 @@ def _cases():
 
 
 @checker(
-    "encoder_layer",
+    "EncoderLayer",
     "Replace `raise NotImplementedError` in your EncoderLayer: Step 2 "
     "(attention, residual, norm1) and Step 3 (FFN, residual, norm2).",
+    own_work=ENCODER_ROUTINES,
 )
 def check_encoder_layer(candidate) -> int:
     """Check ``candidate(d_model, num_heads, d_ff, dropout=0.0)`` (an EncoderLayer class: post-LN,

@@ -7,6 +7,7 @@ import math
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .. import reference
 from ._core import (
     ExerciseFailure,
     Mistake,
@@ -16,8 +17,15 @@ from ._core import (
     diagnose,
     require_shape,
 )
+from .attention import ATTENTION_ROUTINES
 
 __all__ = ["check_attention_in_blocks"]
+
+# What lesson 06 asks the learner to write themselves (the checker names the one called).
+BLOCKS_ROUTINES = {
+    **ATTENTION_ROUTINES,
+    "the course's reference (mha_course.reference)": reference.attention_in_blocks,
+}
 
 
 # ---------------------------------------------------------------- the classic wrong versions
@@ -220,6 +228,7 @@ _CRASH_HINT = (
     "attention_in_blocks",
     "Replace `raise NotImplementedError` with the online softmax: running max, running sum, "
     "rescaled output, one division at the end.",
+    own_work=BLOCKS_ROUTINES,
 )
 def check_attention_in_blocks(candidate) -> int:
     """Check ``candidate(q, k, v, block_size) -> (..., L, Dv)`` against softmax(q kᵀ/√d_k) v, on

@@ -9,181 +9,36 @@ The learner's class is built as ``MultiHeadAttention(embed_dim, num_heads)``; to
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import multihead, reference
 from .._validate import shape_str
 from ._core import (
     ExerciseFailure,
-    Mistake,
     _close,
     call_candidate,
+    call_with_mask,
     checker,
     compare,
     diagnose,
 )
+from ._multihead_mistakes import Weights, mistakes
+from .attention import keys_summed_hint
 
 __all__ = ["check_multi_head_attention"]
 
+# What lesson 02 asks the learner to write themselves (the checker names the one called).
+MHA_ROUTINES = {
+    "torch's nn.MultiheadAttention": nn.MultiheadAttention,
+    "torch's multi_head_attention_forward": F.multi_head_attention_forward,
+    "the course's MultiHeadAttention (mha_course)": multihead.MultiHeadAttention,
+    "the course's reference (mha_course.reference)": reference.MultiHeadAttention,
+}
+
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 _ATOL, _RTOL = 1e-4, 1e-3  # the candidate runs in float32, torch in float64
-
-
-# ---------------------------------------------------------------- multi-head attention, right and wrong
-
-
-@dataclass
-class _Weights:
-    """torch's weights, float64: W^Q, W^K, W^V, W^O as (weight, bias) pairs, and H."""
-
-    q: tuple
-    k: tuple
-    v: tuple
-    o: tuple
-    H: int
-
-    @classmethod
-    def of(cls, module: nn.MultiheadAttention) -> _Weights:
-        q, k, v = zip(module.in_proj_weight.chunk(3), module.in_proj_bias.chunk(3), strict=True)
-        return cls(q, k, v, (module.out_proj.weight, module.out_proj.bias), module.num_heads)
-
-
-def _split(x, H):  # 'b l (h d) -> b h l d'
-    B, L, E = x.shape
-    return x.view(B, L, H, E // H).transpose(1, 2)
-
-
-def _merge(x):  # 'b h l d -> b l (h d)'
-    B, H, L, D = x.shape
-    return x.transpose(1, 2).reshape(B, L, H * D)
-
-
-def _mha(
-    p: _Weights,
-    query,
-    key,
-    value,
-    mask,
-    *,
-    split=_split,
-    merge=_merge,
-    key_weights="k",
-    value_input="value",
-    scale="d_k",
-    softmax_dim=-1,
-    mask_rule="may attend",
-    out_proj=True,
-):
-    """Multi-head attention with the exercise's mask; each keyword swaps one step for a classic
-    mistake (the defaults are the right answer)."""
-    Q = split(F.linear(query, *p.q), p.H)
-    K = split(F.linear(key, *(p.k if key_weights == "k" else p.q)), p.H)
-    V = split(F.linear(value if value_input == "value" else key, *p.v), p.H)
-    d = {"d_k": Q.size(-1), "d_model": query.size(-1), "none": 1}[scale]
-    scores = Q @ K.transpose(-2, -1) / math.sqrt(d)
-    if mask is not None and mask_rule != "ignored":
-        allowed = ~mask if mask_rule == "inverted" else mask
-        scores = scores.masked_fill(
-            ~allowed, 0.0 if mask_rule == "filled with 0" else float("-inf")
-        )
-    weights = torch.softmax(scores, dim=softmax_dim)
-    heads = merge(weights @ V)
-    return (F.linear(heads, *p.o) if out_proj else heads), weights
-
-
-def _mistakes(p: _Weights) -> list[Mistake]:
-    def wrong(**step):
-        return lambda q, k, v, mask: _mha(p, q, k, v, mask, **step)
-
-    def view_no_transpose(x, H):  # 'b l (h d)' read as 'b h l d'
-        B, L, E = x.shape
-        return x.view(B, H, L, E // H)
-
-    def merge_no_transpose(x):  # 'b h l d' read as 'b l (h d)'
-        B, H, L, D = x.shape
-        return x.reshape(B, L, H * D)
-
-    return [
-        Mistake(
-            "view without transpose",
-            wrong(split=view_no_transpose),
-            "the heads are split with .view(B, H, L, D) straight from (B, L, E): that reshuffles the "
-            "numbers instead of giving each head its own D features. View as (B, L, H, D), then "
-            "swap the length and head axes: x.view(B, L, H, D).transpose(1, 2), or "
-            "rearrange(x, 'b l (h d) -> b h l d', h=H).",
-        ),
-        Mistake(
-            "merge without transpose back",
-            wrong(merge=merge_no_transpose),
-            "the weights are right, but the heads are merged with .reshape(B, L, E) straight from "
-            "(B, H, L, D), which mixes positions and heads. Swap the axes back first: "
-            "out.transpose(1, 2).reshape(B, L, E), or rearrange(out, 'b h l d -> b l (h d)').",
-        ),
-        Mistake(
-            "scale by sqrt(d_model)",
-            wrong(scale="d_model"),
-            "the scores are divided by √d_model (the full embed_dim); each head compares D-dimensional "
-            "vectors, so divide by √d_k with d_k = embed_dim // num_heads (the head size).",
-        ),
-        Mistake(
-            "no scale",
-            wrong(scale="none"),
-            "the scores are not scaled: divide Q Kᵀ by √d_k, with d_k = embed_dim // num_heads.",
-        ),
-        Mistake(
-            "keys projected with q_proj",
-            wrong(key_weights="q"),
-            "the keys are projected with q_proj; each input has its own projection: "
-            "Q = q_proj(query), K = k_proj(key), V = v_proj(value).",
-        ),
-        Mistake(
-            "values from the key",
-            wrong(value_input="key"),
-            "the values are computed from `key`; they come from `value`: V = v_proj(value).",
-        ),
-        Mistake(
-            "missing output projection",
-            wrong(out_proj=False),
-            "the weights are right, but the output projection W^O is missing: after merging the heads, "
-            "return self.out_proj(concatenated heads).",
-        ),
-        Mistake(
-            "softmax over the queries",
-            wrong(softmax_dim=-2),
-            "the softmax runs over the queries (dim=-2); each query's weights must sum to 1 over the "
-            "keys: torch.softmax(scores, dim=-1).",
-        ),
-        Mistake(
-            "softmax over the heads",
-            wrong(softmax_dim=1),
-            "the softmax runs over the heads (dim=1); each query's weights must sum to 1 over the "
-            "keys: torch.softmax(scores, dim=-1).",
-        ),
-        Mistake(
-            "mask ignored",
-            wrong(mask_rule="ignored"),
-            "the mask is ignored: your weights are what you get without it. Pass attn_mask on to the "
-            "attention (it broadcasts over the heads axis), which sets masked scores to -inf.",
-        ),
-        Mistake(
-            "mask inverted",
-            wrong(mask_rule="inverted"),
-            "the mask is inverted: here True means 'may attend' (the convention of "
-            "torch.nn.functional.scaled_dot_product_attention and of your lesson-01 function), not "
-            "'masked out' as in torch.nn.MultiheadAttention. Pass attn_mask on to your attention as it "
-            "is; inside, blank out where it is False: scores.masked_fill(~attn_mask, float('-inf')).",
-        ),
-        Mistake(
-            "mask filled with 0",
-            wrong(mask_rule="filled with 0"),
-            "masked scores were set to 0, but exp(0) = 1, so masked keys still get weight. Fill them "
-            "with float('-inf'), whose exp is 0.",
-        ),
-    ]
 
 
 # ---------------------------------------------------------------- building and loading the candidate
@@ -242,7 +97,7 @@ def _build(candidate, case: str, E: int, H: int, x: torch.Tensor) -> nn.Module:
 def _load(module: nn.Module, reference: nn.MultiheadAttention, case: str) -> None:
     """Copy torch's W^Q, W^K, W^V (rows of in_proj_weight) and W^O into the four Linears."""
     E = reference.embed_dim
-    p = _Weights.of(reference)
+    p = Weights.of(reference)
     linear = f"nn.Linear(embed_dim, embed_dim) = nn.Linear({E}, {E})"
     with torch.no_grad():
         for name, (weight, bias) in zip(_PROJECTIONS, (p.q, p.k, p.v, p.o), strict=True):
@@ -319,11 +174,21 @@ def _torch_masks(mask: torch.Tensor | None):
 # ---------------------------------------------------------------- the checker
 
 
+def _mask_hint(mask: torch.Tensor) -> str:
+    return (
+        f"your MultiHeadAttention runs without a mask but not with this one. attn_mask "
+        f"{shape_str(mask.shape)} is already shaped to broadcast against the scores (B, H, L, S): "
+        "(B, 1, 1, S) for padding, (L, S) for causal. Pass it on as it is: no unsqueeze or view "
+        "(an extra unsqueeze(1) makes it (B, 1, 1, 1, S), one axis too many)."
+    )
+
+
 @checker(
-    "multi_head_attention",
+    "MultiHeadAttention",
     "Write __init__ (self.num_heads and the four Linears q_proj, k_proj, v_proj, out_proj) and "
     "forward: project, split into heads, attend (with your scaled_dot_product_attention), merge "
     "the heads, out_proj.",
+    own_work=MHA_ROUTINES,
 )
 def check_multi_head_attention(candidate) -> int:
     """Check ``candidate(embed_dim, num_heads)`` (a MultiHeadAttention class with ``q_proj``, ``k_proj``,
@@ -344,7 +209,7 @@ def _run_cases(candidate) -> int:
         module.eval()
         attn_mask, padding = _torch_masks(mask)
         with torch.no_grad():
-            result = call_candidate(
+            result = call_with_mask(
                 module,
                 case,
                 query.clone(),
@@ -352,6 +217,7 @@ def _run_cases(candidate) -> int:
                 value.clone(),
                 attn_mask=mask,
                 crash_hint=_CRASH_HINT,
+                mask_hint=mask is not None and _mask_hint(mask),
             )
             expected = reference(
                 query.double(),
@@ -362,11 +228,15 @@ def _run_cases(candidate) -> int:
                 average_attn_weights=False,
             )
         out, weights = _unpack(result, case)
-        _check_shapes(case, out, weights, expected)
+        _check_shapes(case, out, weights, expected, mask)
         args = (query.double(), key.double(), value.double(), mask)
-        mistakes = _mistakes(_Weights.of(reference))
+        classic = mistakes(Weights.of(reference))
         if not _close(weights, expected[1], _ATOL, _RTOL):  # only a wrong answer needs a diagnosis
-            cause = diagnose(mistakes, weights, lambda r: r[1], *args) or _nan_hint(weights, mask)
+            cause = (
+                diagnose(classic, weights, lambda r: r[1], *args)
+                or _nan_hint(weights, mask)
+                or keys_summed_hint(weights)
+            )
             compare(
                 case,
                 "per-head weights",
@@ -379,7 +249,7 @@ def _run_cases(candidate) -> int:
                 "weights = softmax(Q Kᵀ / √d_k, masked) over the keys, dim=-1.",
             )
         if not _close(out, expected[0], _ATOL, _RTOL):
-            cause = diagnose(mistakes, out, lambda r: r[0], *args)
+            cause = diagnose(classic, out, lambda r: r[0], *args)
             compare(
                 case,
                 "outputs",
@@ -405,15 +275,24 @@ def _unpack(result, case: str):
     return result
 
 
-def _check_shapes(case: str, out, weights, expected) -> None:
+def _check_shapes(case: str, out, weights, expected, mask) -> None:
     for what, got in (("output", out), ("weights", weights)):
         if not isinstance(got, torch.Tensor):
             raise ExerciseFailure(
                 f"Case {case!r}: the {what} should be a torch.Tensor, got {type(got).__name__}."
             )
     B, H, L, S = expected[1].shape
+    if out.shape == expected[1].shape and weights.shape == expected[0].shape:
+        raise ExerciseFailure(
+            f"Case {case!r}: you returned (weights, output): the first tensor is "
+            f"{shape_str(out.shape)}, the shape of the weights (B, H, L, S), and the second "
+            f"{shape_str(weights.shape)}, that of the output (B, L, E).\n"
+            f"Likely cause: the order of the pair. Return (output, weights)."
+        )
     if tuple(weights.shape) != (B, H, L, S):
-        if tuple(weights.shape) == (B, L, S):
+        if mask is not None and weights.dim() > 4:
+            hint = _mask_hint(mask)
+        elif tuple(weights.shape) == (B, L, S):
             averaged = _close(weights, expected[1].mean(dim=1), _ATOL, _RTOL)
             hint = (
                 "you averaged the weights over the heads; return every head's weights, (B, H, L, S) "

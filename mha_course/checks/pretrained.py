@@ -276,17 +276,14 @@ def _crash_hint(error: BaseException, i: int) -> str | None:
 
 
 def _run(candidate, case: str, layer, weights: dict, i: int):
-    __tracebackhide__ = True  # noqa: F841
     try:
         return call_candidate(candidate, case, layer, weights, i)
     except ExerciseFailure as failure:
-        error = failure.__cause__
+        error = failure.raised
         hint = None if error is None else _crash_hint(error, i)
         if hint is None:
             raise
-        raise ExerciseFailure(
-            f"Case {case!r}: your code raised {type(error).__name__}: {error}\nLikely cause: {hint}"
-        ) from error
+        raise failure.with_cause(hint) from error
 
 
 @functools.lru_cache(maxsize=8)
