@@ -21,7 +21,7 @@ from .exercises import EXERCISES, Verdict, evaluate_file
 from .utils import get_device, seed_everything
 from .work import exercise_name, is_answer, save_answer, work_dir
 
-__all__ = ["start", "load_your_work", "last_run", "ExerciseRun"]
+__all__ = ["start", "expect", "load_your_work", "last_run", "ExerciseRun"]
 
 # Imports available to saved answers when a later lesson loads them (the lessons' own imports).
 _PREAMBLE = """\
@@ -42,6 +42,16 @@ def start(seed: int = 0) -> torch.device:
     _watch_exercise_cells()
     print(f"Ready: device = {device.type}, seed = {seed}")
     return device
+
+
+def expect(statement: str, holds: bool) -> None:
+    """Print a result the lesson's text relies on, as a check that holds on every machine.
+
+    Training curves and timings differ in their last digits from one CPU to the next, so a
+    lesson states what it concludes from them ("post-LN without warm-up is still above 1.0 after
+    100 steps") with a tolerance, and prints the exact figures in a cell of their own whose output
+    the course's tests do not compare."""
+    print(f"✔ {statement}" if holds else f"✘ not so on this run: {statement}")
 
 
 def _set_plot_style() -> None:

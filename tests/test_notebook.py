@@ -108,3 +108,15 @@ def test_load_your_work_lists_only_earlier_lessons(tmp_path, capsys):
     assert "softmax" in out and "scaled_dot_product_attention" not in out
     assert "On Colab" in out  # nothing found: say where answers come from
     assert work.scaled_dot_product_attention is reference.scaled_dot_product_attention
+
+
+def test_expect_prints_whether_the_statement_holds(capsys):
+    from mha_course.notebook import expect
+
+    expect("pre-LN converges (loss < 0.1)", True)
+    expect("post-LN stalls (loss > 1)", False)
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "✔ pre-LN converges (loss < 0.1)",
+        "✘ not so on this run: post-LN stalls (loss > 1)",
+    ]
