@@ -1,7 +1,7 @@
 """Checker for lesson 05: the weight-loading map, written as ``load_layer(layer, weights, i)``.
 
-The learner copies layer ``i`` of a BERT checkpoint into one of their encoder layers (skeleton in
-:mod:`mha_course.pretrained`), in either layout: separate ``self_attn.q_proj``/``k_proj``/``v_proj``
+The learner copies layer ``i`` of a BERT checkpoint into one of their encoder layers (the skeleton
+is in lesson 05's exercise cell), in either layout: separate ``self_attn.q_proj``/``k_proj``/``v_proj``
 (the lesson-04 exercise's layer) or Q, K, V packed into ``self_attn.in_proj_weight``
 (``mha_course.EncoderLayer``, ``torch.nn.TransformerEncoderLayer``). The checker first offers a
 packed layer and switches to the separate layout when the learner's code asks for ``q_proj``. It hands over a checkpoint of random tensors
