@@ -2,6 +2,11 @@
 
 Shapes: query (..., L, E), key (..., S, E), value (..., S, Ev) -> output (..., L, Ev) and
 weights (..., L, S). L is the number of queries, S the number of keys, E the feature size.
+
+This is the public function, with torch's arguments and mask convention: it checks them,
+converts the mask once (:mod:`mha_course.masks`) and calls the attention written out in
+:mod:`mha_course.kernel`. ``causal_mask`` and ``nothing_to_attend`` live in :mod:`mha_course.masks`
+and are importable from here too.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ residual path untouched: X + MultiHead(LayerNorm(X)), then Z + FFN(LayerNorm(Z))
 ``torch.nn.TransformerEncoder``: same arguments, attribute names and state dicts, same masks
 (True = masked **out**, as torch.nn.MultiheadAttention), plus ``need_weights=True`` to see every
 head's attention weights.
+
+The forwards check the input and the masks and convert the masks once (:mod:`mha_course.masks`);
+the layers' ``_forward`` and the attention under it check nothing, so a stack of six layers
+converts its padding mask once, not six times.
 """
 
 from __future__ import annotations
@@ -177,7 +181,7 @@ class EncoderLayer(nn.Module):
         self._check_input(src)
         batched = src.dim() == 3
         x = src if batched else src.unsqueeze(0 if self.batch_first else 1)
-        B, L = (x.size(0), x.size(1)) if self.batch_first else (x.size(1), x.size(0))
+        B, L = self.self_attn._batch_and_length(x)
         scores = (B, self.self_attn.num_heads, L, L)  # the shape of the attention scores
         masks.require_torch_masks(
             src_mask,
@@ -209,6 +213,12 @@ class EncoderLayer(nn.Module):
             raise ValueError(
                 f"src has {src.size(-1)} features in its last dim (shape {shape_str(src.shape)}), "
                 f"expected d_model = {self.d_model}"
+            )
+        dtype = self.linear1.weight.dtype
+        if src.dtype != dtype:
+            raise ValueError(
+                f"src has dtype {src.dtype} but the layer's parameters are {dtype}; convert the "
+                f"input or the layer (e.g. layer.to({src.dtype}))"
             )
 
 

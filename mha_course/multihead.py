@@ -18,6 +18,11 @@ Conventions are torch's, so a state dict or a call moves between the two unchang
 
 The two differences from torch: ``batch_first`` defaults to True, and a query with nothing to
 attend to gets zero attention (output = the out_proj bias, weights 0) instead of NaN.
+
+This module is the projections and the heads; the attention itself is :mod:`mha_course.kernel`.
+``forward`` checks its arguments and converts the masks once (:mod:`mha_course.masks`), then
+calls ``_attend``, which checks nothing: an encoder layer calls it directly with the masks its
+stack converted once for all its layers.
 """
 
 from __future__ import annotations
@@ -49,9 +54,8 @@ class MultiHeadAttention(nn.Module):
 
     * ``need_weights=False``: the fused kernel ``torch.nn.functional.scaled_dot_product_attention``,
       which never builds the (B, H, L, S) weights;
-    * ``need_weights=True``: lesson 01's attention written out, softmax(Q Kᵀ / √D + mask) V, which
-      keeps the weights (the course's :func:`~mha_course.attention.masked_softmax` gives a query
-      with nothing to attend to zero weights);
+    * ``need_weights=True``: lesson 01's attention written out, softmax(Q Kᵀ / √D + M) V, which
+      keeps the weights (:func:`mha_course.kernel.attention`);
     * self-attention (``query is key is value``): one (3E × E) projection for Q, K and V at once.
 
     ``is_causal=True`` is, as in torch, a promise that ``attn_mask`` is the causal mask: with no

@@ -195,6 +195,8 @@ def test_encoder_layer_bad_arguments():
         layer(torch.randn(2, 3, 8), src_key_padding_mask=torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match=r"src_mask has dtype torch.float64; .* torch.float32"):
         layer(torch.randn(2, 3, 8), src_mask=torch.zeros(3, 3, dtype=f64))
+    with pytest.raises(ValueError, match=r"src has dtype torch.float64 but .* torch.float32"):
+        layer(torch.randn(2, 3, 8, dtype=f64))
     with pytest.raises(TypeError, match="src_mask must be a torch.Tensor, got list"):
         layer(torch.randn(2, 3, 8), src_mask=[[0.0]])
     encoder = Encoder(layer, 2)
