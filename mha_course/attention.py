@@ -98,4 +98,6 @@ def scaled_dot_product_attention(
     """
     scores = _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale)
     mask = masks.from_may_attend(attn_mask, scores, query.dtype, is_causal, query.device)
+    *batch, L, S = scores  # the leading dims of query, key and value, broadcast together
+    query, key, value = (x.expand(*batch, *x.shape[-2:]) for x in (query, key, value))
     return kernel.attention(query, key, value, mask, dropout_p, scale)

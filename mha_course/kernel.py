@@ -13,8 +13,8 @@ Two routes compute the same thing:
   (flash attention and its cousins) that never forms the (..., L, S) weights, the fast route
   when nobody asks for them.
 
-Everything here is already checked by the caller: q (*, L, D), k (*, S, D), v (*, S, Dv), whose
-leading dims * broadcast together ((B, H) for multi-head attention), and a canonical mask.
+Everything here is already checked by the caller: q (*, L, D), k (*, S, D), v (*, S, Dv) with
+the same leading dims * ((B, H) for multi-head attention), and a canonical mask.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ def attention(
     that matmul's starting value (baddbmm's input, as torch.nn.MultiheadAttention does), and
     without autograd the softmax and the zeroing of empty rows overwrite the scores in place.
     """
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])  # *
-    (L, D), S, Dv = q.shape[-2:], k.size(-2), v.size(-1)
+    *batch, L, D = q.shape
+    S, Dv = k.size(-2), v.size(-1)
     scale = D**-0.5 if scale is None else scale
-    q = q.expand(*batch, L, D).reshape(-1, L, D)  # (N, L, D), a view for a (B, H, L, D) input
-    k = k.expand(*batch, S, D).reshape(-1, S, D)  # (N, S, D)
-    v = v.expand(*batch, S, Dv).reshape(-1, S, Dv)  # (N, S, Dv)
+    q = q.reshape(-1, L, D)  # (N, L, D), N = the product of *: a view of contiguous (B, H, L, D)
+    k = k.reshape(-1, S, D)  # (N, S, D)
+    v = v.reshape(-1, S, Dv)  # (N, S, Dv)
     if mask.bias is None:  # scores = scale · Q Kᵀ
         scores = torch.baddbmm(
             q.new_empty(q.size(0), L, S), q, k.transpose(1, 2), beta=0.0, alpha=scale
@@ -108,7 +108,7 @@ def softmax(scores: Tensor, empty: Tensor | None = None, in_place: bool = False)
     return weights if empty is None else weights.masked_fill(empty, 0.0)
 
 
-def _flat(bias: Tensor, batch: torch.Size) -> Tensor:
+def _flat(bias: Tensor, batch: list[int]) -> Tensor:
     """M, broadcastable to (*, L, S), as a 3-D tensor that baddbmm broadcasts to (N, L, S): a view,
     or a copy no bigger than M expanded along the batch only (a (B, 1, 1, S) padding mask
     copies B·H·S numbers, not the B·H·L·S of the scores)."""

@@ -43,11 +43,15 @@ __all__ = [
     "canonical",
     "from_may_attend",
     "from_masked_out",
+    "MAY_ATTEND",
+    "MASKED_OUT",
     "require_mask",
+    "broadcasts_to",
+    "require_broadcastable",
     "require_torch_masks",
 ]
 
-MAY_ATTEND = "True = may attend"
+MAY_ATTEND = "True = may attend"  # the two conventions, as the error messages name them
 MASKED_OUT = "True = masked out"
 
 

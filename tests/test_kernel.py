@@ -98,16 +98,13 @@ def test_in_place_path_without_autograd_gives_the_same_weights():
     torch.testing.assert_close(out_fast, out.detach(), rtol=0, atol=0)
 
 
-def test_leading_dims_broadcast_and_no_leading_dims():
-    q, _, _ = qkv(2, 3)
-    _, k, v = qkv(1, 3, seed=1)  # one set of keys and values for both sequences
+@pytest.mark.parametrize("lead", [(), (3,), (2, 3)])
+def test_any_number_of_leading_dims(lead):
+    q, k, v = qkv(*lead)
     out, weights = kernel.attention(q, k, v)
-    assert out.shape == (2, 3, 5, 3) and weights.shape == (2, 3, 5, 6)
+    assert out.shape == (*lead, 5, 3) and weights.shape == (*lead, 5, 6)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v))
-    q2, k2, v2 = qkv()
-    torch.testing.assert_close(
-        kernel.attention(q2, k2, v2)[0], F.scaled_dot_product_attention(q2, k2, v2)
-    )
+    torch.testing.assert_close(kernel.fused_attention(q, k, v), out)
 
 
 def test_causal_hint_takes_the_kernels_causal_mode_with_the_same_result():
