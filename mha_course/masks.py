@@ -178,9 +178,9 @@ def from_masked_out(
     as the canonical form, broadcastable to the scores' shape (B, H, L, S)."""
     B, H, L, S = scores_shape
     if attn_mask is not None and attn_mask.dim() == 3:
-        attn_mask = attn_mask.view(B, H, L, S)  # (B·H, L, S) -> (B, H, L, S)
+        attn_mask = attn_mask.reshape(B, H, L, S)  # (B·H, L, S) -> (B, H, L, S)
     if key_padding_mask is not None:
-        key_padding_mask = key_padding_mask.view(B, 1, 1, S)  # the same for every head and query
+        key_padding_mask = key_padding_mask.reshape(B, 1, 1, S)  # the same for every head, query
     return canonical(
         attn_mask,
         key_padding_mask,

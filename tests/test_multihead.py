@@ -560,3 +560,16 @@ def test_torch_compile_fullgraph_traces_the_whole_forward(case, need_weights):
     assert (weights is None) == (not need_weights)
     if need_weights:
         torch.testing.assert_close(weights, expected_weights)
+
+
+def test_masks_that_are_not_contiguous_work():
+    theirs, ours = pair(embed_dim=8, num_heads=2, batch_first=True, dtype=F64)
+    x = torch.randn(2, 4, 8, dtype=F64)
+    padding = torch.tensor([[False, False], [False, True], [False, True], [False, False]]).T
+    per_head = (torch.rand(4, 4, 4) < 0.3).transpose(1, 2)  # (B·H, L, S), a transposed view
+    per_head[..., 0] = False
+    assert not padding.is_contiguous() and not per_head.is_contiguous()
+    expected = theirs(x, x, x, key_padding_mask=padding, attn_mask=per_head)
+    got = ours(x, x, x, key_padding_mask=padding, attn_mask=per_head)
+    torch.testing.assert_close(got[0], expected[0], **TOL)
+    torch.testing.assert_close(got[1], expected[1], **TOL)
