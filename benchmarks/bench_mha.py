@@ -24,7 +24,8 @@ from torch.utils.benchmark import Timer
 
 from mha_course import MultiHeadAttention
 
-# name -> (train or eval mode, the statement timed; m is the module, x the input (B, L, E))
+# name -> (train or eval mode, the statement timed; m is the module, x the input (B, L, E),
+# pad a (B, L) key padding mask, True at the padded positions: sequence b has L - b·L/(2B) tokens)
 CASES = {
     "inference (eval, no_grad, need_weights=False)": (
         False,
@@ -38,14 +39,25 @@ CASES = {
         False,
         "with torch.no_grad(): m(x, x, x, need_weights=True)",
     ),
+    "inference, key padding mask (need_weights=False)": (
+        False,
+        "with torch.no_grad(): m(x, x, x, key_padding_mask=pad, need_weights=False)",
+    ),
+    "forward with weights, key padding mask": (
+        False,
+        "with torch.no_grad(): m(x, x, x, key_padding_mask=pad, need_weights=True)",
+    ),
 }
 
 
-def median_time(module, x, train: bool, stmt: str, args, min_run_time: float) -> float:
+def median_time(module, x, pad, train: bool, stmt: str, args, min_run_time: float) -> float:
     module.train(train)
     clock = time.process_time if args.cpu_time else time.perf_counter
     timer = Timer(
-        stmt, globals={"m": module, "x": x, "torch": torch}, num_threads=args.threads, timer=clock
+        stmt,
+        globals={"m": module, "x": x, "pad": pad, "torch": torch},
+        num_threads=args.threads,
+        timer=clock,
     )
     return timer.blocked_autorange(min_run_time=min_run_time).median
 
@@ -80,13 +92,22 @@ def main() -> None:
         theirs = torch.nn.MultiheadAttention(E, H, batch_first=True)
         ours = MultiHeadAttention.from_torch(theirs)
         x = torch.randn(B, L, E)
+        lengths = L - torch.arange(B) * L // (2 * B)  # L, ..., just over L/2
+        pad = torch.arange(L) >= lengths[:, None]  # (B, L), True = padding
         with torch.no_grad():
             torch.testing.assert_close(ours(x, x, x)[0], theirs(x, x, x)[0], atol=1e-4, rtol=1e-4)
+            real = ~pad
+            torch.testing.assert_close(
+                ours(x, x, x, key_padding_mask=pad)[0][real],
+                theirs(x, x, x, key_padding_mask=pad)[0][real],
+                atol=1e-4,
+                rtol=1e-4,
+            )
         for case, (train, stmt) in CASES.items():
             times = {"torch": [], "ours": []}
             for _ in range(rounds):
                 for name, module in (("torch", theirs), ("ours", ours)):
-                    times[name].append(median_time(module, x, train, stmt, args, min_run_time))
+                    times[name].append(median_time(module, x, pad, train, stmt, args, min_run_time))
             t_torch, t_ours = statistics.median(times["torch"]), statistics.median(times["ours"])
             print(
                 f"{case:58} {L:>4} {t_torch * 1e3:>9.2f} {t_ours * 1e3:>9.2f} {t_ours / t_torch:>6.3f}"

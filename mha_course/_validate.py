@@ -64,28 +64,3 @@ def require_probability(name: str, value) -> None:
         raise TypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
-
-
-def require_mask(name: str, mask, target_shape, convention: str, float_dtype=None) -> None:
-    """A mask is bool (``convention`` says what True means) or float (added to the scores),
-    and broadcasts to ``target_shape`` without growing it."""
-    require_tensor(name, mask)
-    if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise ValueError(
-            f"{name} has dtype {mask.dtype}; expected torch.bool ({convention}) "
-            f"or a float tensor that is added to the scores. Convert an integer 0/1 mask with "
-            f"{name}.bool()"
-        )
-    if mask.is_floating_point() and float_dtype is not None and mask.dtype != float_dtype:
-        raise ValueError(
-            f"{name} has dtype {mask.dtype}; a float mask must match the inputs' dtype {float_dtype}"
-        )
-    try:
-        broadcast = torch.broadcast_shapes(mask.shape, target_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(target_shape):
-        raise ValueError(
-            f"{name} of shape {shape_str(mask.shape)} does not broadcast to the scores' shape "
-            f"{shape_str(target_shape)}"
-        )

@@ -2,38 +2,24 @@
 
 Shapes: query (..., L, E), key (..., S, E), value (..., S, Ev) -> output (..., L, Ev) and
 weights (..., L, S). L is the number of queries, S the number of keys, E the feature size.
+
+This is the public function, with torch's arguments and mask convention: it checks them,
+converts the mask once (:mod:`mha_course.masks`) and calls the attention written out in
+:mod:`mha_course.kernel`. ``causal_mask`` and ``nothing_to_attend`` live in :mod:`mha_course.masks`
+and are importable from here too.
 """
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import torch
-import torch.nn.functional as F
 
-from ._validate import (
-    require_floating,
-    require_mask,
-    require_probability,
-    require_tensor,
-    shape_str,
-)
+from . import kernel, masks
+from ._validate import require_floating, require_probability, shape_str
+from .masks import MAY_ATTEND, causal_mask, nothing_to_attend
 
 __all__ = ["scaled_dot_product_attention", "masked_softmax", "nothing_to_attend", "causal_mask"]
-
-
-def causal_mask(L: int, S: int, device=None) -> torch.Tensor:
-    """Bool (L, S) mask, True where query i may attend to key j, i.e. j <= i (top-left aligned)."""
-    return torch.ones(L, S, dtype=torch.bool, device=device).tril()
-
-
-def nothing_to_attend(mask: torch.Tensor) -> torch.Tensor:
-    """The queries a mask leaves with no key at all, shape (..., L, 1): for a bool mask
-    (True = may attend) a row of False, for a float mask a row of -inf."""
-    if mask.dtype == torch.bool:
-        return ~mask.any(dim=-1, keepdim=True)
-    return mask.isneginf().all(dim=-1, keepdim=True)
 
 
 def masked_softmax(
@@ -47,10 +33,7 @@ def masked_softmax(
     """
     if nothing_allowed is None:
         nothing_allowed = scores.isneginf().all(dim=-1, keepdim=True)
-    if not nothing_allowed.any():
-        return torch.softmax(scores, dim=-1)
-    weights = torch.softmax(scores.masked_fill(nothing_allowed, 0.0), dim=-1)
-    return weights.masked_fill(nothing_allowed, 0.0)
+    return kernel.softmax(scores.masked_fill(nothing_allowed, 0.0), nothing_allowed)
 
 
 def _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale) -> torch.Size:
@@ -84,9 +67,8 @@ def _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale) 
         ) from None
     scores_shape = torch.Size((*batch, query.size(-2), key.size(-2)))
     if attn_mask is not None:
-        require_mask(
-            "attn_mask", attn_mask, scores_shape, "True = may attend", float_dtype=query.dtype
-        )
+        masks.require_mask("attn_mask", attn_mask, query.dtype, MAY_ATTEND)
+        masks.require_broadcastable("attn_mask", attn_mask, scores_shape)
         if is_causal:
             raise ValueError("pass either attn_mask or is_causal=True, not both (as torch's SDPA)")
     require_probability("dropout_p", dropout_p)
@@ -114,24 +96,8 @@ def scaled_dot_product_attention(
     output (torch's math path gives NaN there). ``dropout_p`` drops weights (always, like torch's
     functional form); the weights returned are the ones the output used.
     """
-    if attn_mask is not None:
-        require_tensor("attn_mask", attn_mask)
-    _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale)
-    L, S = query.size(-2), key.size(-2)
-    scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
-    if is_causal:
-        attn_mask = causal_mask(L, S, device=query.device)  # bool: True on and below the diagonal
-
-    scores = (query * scale) @ key.transpose(-2, -1)  # (..., L, S)
-    if attn_mask is None:  # no mask: every query attends somewhere, plain softmax
-        weights = torch.softmax(scores, dim=-1)
-    elif attn_mask.dtype == torch.bool:
-        scores = scores.masked_fill(~attn_mask, float("-inf"))
-        weights = masked_softmax(scores, nothing_allowed=nothing_to_attend(attn_mask))
-    else:
-        scores = scores + attn_mask
-        weights = masked_softmax(scores, nothing_allowed=nothing_to_attend(attn_mask))
-    # weights: (..., L, S), each row sums to 1 (or is all 0 for a query with nothing to attend to)
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
-    return weights @ value, weights
+    scores = _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    mask = masks.from_may_attend(attn_mask, scores, query.dtype, is_causal, query.device)
+    *batch, L, S = scores  # the leading dims of query, key and value, broadcast together
+    query, key, value = (x.expand(*batch, *x.shape[-2:]) for x in (query, key, value))
+    return kernel.attention(query, key, value, mask, dropout_p, scale)

@@ -13,6 +13,10 @@ residual path untouched: X + MultiHead(LayerNorm(X)), then Z + FFN(LayerNorm(Z))
 ``torch.nn.TransformerEncoder``: same arguments, attribute names and state dicts, same masks
 (True = masked **out**, as torch.nn.MultiheadAttention), plus ``need_weights=True`` to see every
 head's attention weights.
+
+The forwards check the input and the masks and convert the masks once (:mod:`mha_course.masks`);
+the layers' ``_forward`` and the attention under it check nothing, so a stack of six layers
+converts its padding mask once, not six times.
 """
 
 from __future__ import annotations
@@ -24,7 +28,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import require_floating, require_positive_int, require_probability, shape_str
+from . import masks
+from ._validate import (
+    require_divisible,
+    require_floating,
+    require_positive_int,
+    require_probability,
+    shape_str,
+)
 from .layernorm import LayerNorm
 from .multihead import MultiHeadAttention
 
@@ -75,11 +86,7 @@ class EncoderLayer(nn.Module):
         require_positive_int("nhead", nhead)
         require_positive_int("dim_feedforward", dim_feedforward)
         require_probability("dropout", dropout)
-        if d_model % nhead != 0:
-            raise ValueError(
-                f"d_model must be divisible by nhead (each head gets d_model / nhead features), "
-                f"got d_model={d_model}, nhead={nhead}"
-            )
+        require_divisible("d_model", d_model, "nhead", nhead)
         factory = {"device": device, "dtype": dtype}
         self.self_attn = MultiHeadAttention(
             d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **factory
@@ -136,41 +143,64 @@ class EncoderLayer(nn.Module):
     ):
         """The layer's output, same shape as ``src``; with ``need_weights=True`` also the
         attention weights of every head, (B, nhead, L, L)."""
-        self._check_input(src)
-        self._check_masks(src, src_mask, src_key_padding_mask)
-        x = src
+        x, mask = self._prepare(src, src_mask, src_key_padding_mask, is_causal)
+        x, weights = self._forward(x, mask, need_weights)
+        if src.dim() == 2:  # one sequence: drop its batch of one again
+            x, weights = self._unbatch(x), None if weights is None else weights[0]
+        return (x, weights) if need_weights else x
+
+    def _forward(
+        self, x: torch.Tensor, mask: masks.AttentionMask, need_weights: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The layer without its checks: x batched in the layer's layout, a canonical mask."""
         if self.norm_first:
             # pre-LN: normalise each sub-layer's input, keep the residual path clean
-            attended, weights = self._sa_block(
-                self.norm1(x), src_mask, src_key_padding_mask, is_causal, need_weights
-            )
+            attended, weights = self._sa_block(self.norm1(x), mask, need_weights)
             x = x + attended
             x = x + self._ff_block(self.norm2(x))
         else:  # post-LN, the lesson's Steps 2 and 3
-            attended, weights = self._sa_block(
-                x, src_mask, src_key_padding_mask, is_causal, need_weights
-            )
+            attended, weights = self._sa_block(x, mask, need_weights)
             z = self.norm1(x + attended)  # Step 2: Z = LayerNorm(X' + MultiHead(X'))
             x = self.norm2(z + self._ff_block(z))  # Step 3: LayerNorm(FFN(Z) + Z)
-        return (x, weights) if need_weights else x
+        return x, weights
 
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal, need_weights):
+    def _sa_block(self, x, mask: masks.AttentionMask, need_weights: bool):
         """Self-attention: queries, keys and values all come from x."""
-        out, weights = self.self_attn(
-            x,
-            x,
-            x,
-            key_padding_mask=key_padding_mask,
-            need_weights=need_weights,
-            attn_mask=attn_mask,
-            average_attn_weights=False,
-            is_causal=is_causal,
-        )
+        out, weights = self.self_attn._attend(x, x, x, mask, need_weights)
         return self.dropout1(out), weights
 
     def _ff_block(self, x: torch.Tensor) -> torch.Tensor:
         """The position-wise feed-forward network: the same two Linears on every token."""
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    # ------------------------------------------------------------------ the boundary
+
+    def _prepare(self, src, src_mask, src_key_padding_mask, is_causal: bool):
+        """Check the input and the masks; return src as a batch (one sequence gets a batch of
+        one) and the masks in their canonical form, which every layer of a stack reads."""
+        self._check_input(src)
+        batched = src.dim() == 3
+        x = src if batched else src.unsqueeze(0 if self.batch_first else 1)
+        B, L = self.self_attn._batch_and_length(x)
+        scores = (B, self.self_attn.num_heads, L, L)  # the shape of the attention scores
+        masks.require_torch_masks(
+            src_mask,
+            src_key_padding_mask,
+            scores,
+            src.dtype,
+            batched,
+            names=("src_mask", "src_key_padding_mask"),
+            heads="nhead",
+            lengths=("L", "L"),
+        )
+        mask = masks.from_masked_out(
+            src_mask, src_key_padding_mask, scores, src.dtype, is_causal, src.device
+        )
+        return x, mask
+
+    def _unbatch(self, x: torch.Tensor) -> torch.Tensor:
+        """A batch of one sequence -> the sequence, (L, d_model)."""
+        return x.squeeze(0 if self.batch_first else 1)
 
     def _check_input(self, src: torch.Tensor) -> None:
         require_floating("src", src)
@@ -184,29 +214,12 @@ class EncoderLayer(nn.Module):
                 f"src has {src.size(-1)} features in its last dim (shape {shape_str(src.shape)}), "
                 f"expected d_model = {self.d_model}"
             )
-
-    def _check_masks(self, src, src_mask, src_key_padding_mask) -> None:
-        """Shapes only, named as the caller knows them (self_attn checks dtypes and values)."""
-        batched = src.dim() == 3
-        L = src.size(1 if (self.batch_first and batched) else 0)
-        B = src.size(0 if self.batch_first else 1) if batched else None
-        H = self.self_attn.num_heads
-        if isinstance(src_mask, torch.Tensor):
-            heads = (B * H, L, L) if batched else (H, L, L)
-            if tuple(src_mask.shape) not in ((L, L), heads):
-                raise ValueError(
-                    f"src_mask has shape {shape_str(src_mask.shape)}, expected (L, L) = "
-                    f"{shape_str((L, L))} or {'(B·nhead, L, L)' if batched else '(nhead, L, L)'}"
-                    f" = {shape_str(heads)}"
-                )
-        if isinstance(src_key_padding_mask, torch.Tensor):
-            expected = (B, L) if batched else (L,)
-            if tuple(src_key_padding_mask.shape) != expected:
-                raise ValueError(
-                    f"src_key_padding_mask has shape {shape_str(src_key_padding_mask.shape)}, "
-                    f"expected {'(B, L)' if batched else '(L,)'} = {shape_str(expected)}: "
-                    f"one True per padded position"
-                )
+        dtype = self.linear1.weight.dtype
+        if src.dtype != dtype:
+            raise ValueError(
+                f"src has dtype {src.dtype} but the layer's parameters are {dtype}; convert the "
+                f"input or the layer (e.g. layer.to({src.dtype}))"
+            )
 
 
 class Encoder(nn.Module):
@@ -261,29 +274,22 @@ class Encoder(nn.Module):
         need_weights: bool = False,
     ):
         """The last layer's output (after ``norm``); with ``need_weights=True`` also a list of
-        every layer's attention weights, each (B, nhead, L, L). ``is_causal=None`` detects a causal
-        ``mask`` (a hint only: the result is the same either way)."""
-        if is_causal is None:
-            is_causal = _is_causal_mask(mask, src, self.layers[0])
-        output, all_weights = src, []
+        every layer's attention weights, each (B, nhead, L, L).
+
+        The input and the masks are checked, and the masks converted, once, here: every layer
+        then reads the same canonical mask. ``is_causal=True`` says that ``mask`` is the causal
+        mask (or, without ``mask``, asks for it), as in :class:`EncoderLayer`; torch's ``None``
+        (find out by comparing ``mask`` with the causal mask) counts as False here: the flag is
+        only a hint, the result is the same, and the comparison would read the mask's values."""
+        first = self.layers[0]
+        x, canonical = first._prepare(src, mask, src_key_padding_mask, bool(is_causal))
+        all_weights = []
         for layer in self.layers:
-            output = layer(output, mask, src_key_padding_mask, is_causal, need_weights=need_weights)
+            x, weights = layer._forward(x, canonical, need_weights)
             if need_weights:
-                output, weights = output
                 all_weights.append(weights)
         if self.norm is not None:
-            output = self.norm(output)
-        return (output, all_weights) if need_weights else output
-
-
-def _is_causal_mask(mask: torch.Tensor | None, src: torch.Tensor, layer: nn.Module) -> bool:
-    """True when ``mask`` is the (L, L) causal mask: key j masked out exactly when j > i."""
-    if not isinstance(mask, torch.Tensor) or not isinstance(src, torch.Tensor) or src.dim() < 2:
-        return False
-    length = src.size(1 if (src.dim() == 3 and getattr(layer, "batch_first", True)) else 0)
-    if mask.shape != (length, length):
-        return False
-    future = torch.ones(length, length, dtype=torch.bool, device=mask.device).triu(1)
-    if mask.dtype == torch.bool:
-        return bool(torch.equal(mask, future))
-    return bool(torch.equal(mask.isneginf(), future) and (mask[~future] == 0).all())
+            x = self.norm(x)
+        if src.dim() == 2:  # one sequence: drop its batch of one again
+            x, all_weights = first._unbatch(x), [w[0] for w in all_weights]
+        return (x, all_weights) if need_weights else x

@@ -18,6 +18,11 @@ Conventions are torch's, so a state dict or a call moves between the two unchang
 
 The two differences from torch: ``batch_first`` defaults to True, and a query with nothing to
 attend to gets zero attention (output = the out_proj bias, weights 0) instead of NaN.
+
+This module is the projections and the heads; the attention itself is :mod:`mha_course.kernel`.
+``forward`` checks its arguments and converts the masks once (:mod:`mha_course.masks`), then
+calls ``_attend``, which checks nothing: an encoder layer calls it directly with the masks its
+stack converted once for all its layers.
 """
 
 from __future__ import annotations
@@ -26,16 +31,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import kernel, masks
 from ._validate import (
+    require_divisible,
     require_floating,
     require_ndim,
     require_positive_int,
     require_probability,
     require_size,
-    require_tensor,
     shape_str,
 )
-from .attention import causal_mask, masked_softmax, nothing_to_attend
 
 __all__ = ["MultiHeadAttention"]
 
@@ -49,9 +54,8 @@ class MultiHeadAttention(nn.Module):
 
     * ``need_weights=False``: the fused kernel ``torch.nn.functional.scaled_dot_product_attention``,
       which never builds the (B, H, L, S) weights;
-    * ``need_weights=True``: lesson 01's attention written out, softmax(Q Kᵀ / √D + mask) V, which
-      keeps the weights (the course's :func:`~mha_course.attention.masked_softmax` gives a query
-      with nothing to attend to zero weights);
+    * ``need_weights=True``: lesson 01's attention written out, softmax(Q Kᵀ / √D + M) V, which
+      keeps the weights (:func:`mha_course.kernel.attention`);
     * self-attention (``query is key is value``): one (3E × E) projection for Q, K and V at once.
 
     ``is_causal=True`` is, as in torch, a promise that ``attn_mask`` is the causal mask: with no
@@ -74,11 +78,7 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         require_positive_int("embed_dim", embed_dim)
         require_positive_int("num_heads", num_heads)
-        if embed_dim % num_heads != 0:
-            raise ValueError(
-                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}): each head gets "
-                f"embed_dim / num_heads features, and {embed_dim} / {num_heads} is not a whole number"
-            )
+        require_divisible("embed_dim", embed_dim, "num_heads", num_heads)
         require_probability("dropout", dropout)
         for name, dim in (("kdim", kdim), ("vdim", vdim)):
             if dim is not None:
@@ -176,67 +176,70 @@ class MultiHeadAttention(nn.Module):
         head with ``average_attn_weights=False`` (no B for unbatched input).
         """
         batched = self._check_inputs(query, key, value)
-        self_attention = query is key and key is value
-        batch_dim = 0 if self.batch_first or not batched else 1
-        if not batched:  # one sequence: give it a batch of size 1
-            query, key, value = (x.unsqueeze(batch_dim) for x in (query, key, value))
-        B, L, S = query.size(batch_dim), query.size(1 - batch_dim), key.size(1 - batch_dim)
-        self._check_masks(attn_mask, key_padding_mask, query.dtype, B, L, S, batched)
-
-        # SDPA's own causal kernel when nothing else has to be masked and no weights are returned.
-        causal_kernel = is_causal and key_padding_mask is None and not need_weights
-        if is_causal and attn_mask is None and not causal_kernel:
-            attn_mask = ~causal_mask(L, S, device=query.device)  # True = masked out, torch's way
-        mask = None if causal_kernel else self._may_attend(attn_mask, key_padding_mask, B, L, S)
-
-        batch_first = batch_dim == 0  # the layout of the inputs (one sequence is made batch first)
-        # (B, H, L|S, D) each; the fused kernel reads views, the written-out attention wants copies
-        q, k, v = self._project(
-            query, key, value, self_attention, batch_first, contiguous=need_weights
+        if not batched:  # one sequence: a batch of one (and still query is key is value)
+            dim = 0 if self.batch_first else 1
+            key_is_query, value_is_key = key is query, value is key
+            query = query.unsqueeze(dim)
+            key = query if key_is_query else key.unsqueeze(dim)
+            value = key if value_is_key else value.unsqueeze(dim)
+        (B, L), S = self._batch_and_length(query), self._batch_and_length(key)[1]
+        scores = (B, self.num_heads, L, S)  # the shape of the attention scores
+        masks.require_torch_masks(attn_mask, key_padding_mask, scores, query.dtype, batched)
+        mask = masks.from_masked_out(
+            attn_mask, key_padding_mask, scores, query.dtype, is_causal, query.device
         )
-        dropout_p = self.dropout if self.training else 0.0
-        if need_weights:
-            heads, weights = _attention_with_weights(q, k, v, mask, dropout_p)
-        else:
-            heads, weights = _fused_attention(q, k, v, mask, dropout_p, causal_kernel), None
-        output = self.out_proj(
-            self._merge_heads(heads, batch_first)
-        )  # Concat(head_1, ..., head_h) W^O
-
+        output, weights = self._attend(query, key, value, mask, need_weights)
         if weights is not None and average_attn_weights:
-            weights = weights.mean(dim=1)
+            weights = weights.mean(dim=1)  # (B, L, S)
         if not batched:
-            output = output.squeeze(batch_dim)
+            output = output.squeeze(0 if self.batch_first else 1)
             weights = weights.squeeze(0) if weights is not None else None
         return output, weights
+
+    def _attend(
+        self, query, key, value, mask: masks.AttentionMask, need_weights: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The layer without its checks: inputs (B, L|S, E) (or (L|S, B, E) when not batch
+        first), a canonical mask, and back ``(output, weights (B, H, L, S) or None)``."""
+        # (B, H, L|S, D) each; the fused kernel reads views, the written-out attention wants copies
+        q, k, v = self._project(query, key, value, contiguous=need_weights)
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:
+            heads, weights = kernel.attention(
+                q, k, v, mask, dropout_p
+            )  # (B, H, L, D), (B, H, L, S)
+        else:
+            heads, weights = kernel.fused_attention(q, k, v, mask, dropout_p), None
+        return self.out_proj(self._merge_heads(heads)), weights  # Concat(head_1, ..., head_h) W^O
+
+    def _batch_and_length(self, x: torch.Tensor) -> tuple[int, int]:
+        """(B, length) of a batched input in this module's layout."""
+        return (x.size(0), x.size(1)) if self.batch_first else (x.size(1), x.size(0))
 
     # The head split and merge are einops patterns written with view/permute: in this hot path
     # rearrange's own overhead (a few µs a call) is measurable for short sequences.
 
-    def _split_heads(self, x: torch.Tensor, batch_first: bool, parts: int = 1) -> torch.Tensor:
+    def _split_heads(self, x: torch.Tensor, parts: int = 1) -> torch.Tensor:
         """'b l (parts h d) -> parts b h l d' (from 'l b (parts h d)' when not batch first)."""
         n1, n2, _ = x.shape
-        x = x.view(n1, n2, parts, self.num_heads, self.head_dim)
-        return x.permute(2, 0, 3, 1, 4) if batch_first else x.permute(2, 1, 3, 0, 4)
+        x = x.view(n1, n2, parts, self.num_heads, self.head_dim)  # (B|L, L|B, parts, H, D)
+        return x.permute(2, 0, 3, 1, 4) if self.batch_first else x.permute(2, 1, 3, 0, 4)
 
-    def _merge_heads(self, heads: torch.Tensor, batch_first: bool) -> torch.Tensor:
+    def _merge_heads(self, heads: torch.Tensor) -> torch.Tensor:
         """'b h l d -> b l (h d)' ('-> l b (h d)' when not batch first): Concat(head_1..head_h)."""
         B, H, L, D = heads.shape
-        if batch_first:
-            return heads.transpose(1, 2).reshape(B, L, H * D)
-        return heads.permute(2, 0, 1, 3).reshape(L, B, H * D)
+        if self.batch_first:
+            return heads.transpose(1, 2).reshape(B, L, H * D)  # (B, L, E)
+        return heads.permute(2, 0, 1, 3).reshape(L, B, H * D)  # (L, B, E)
 
-    def _project(
-        self, query, key, value, self_attention: bool, batch_first: bool, contiguous: bool
-    ):
+    def _project(self, query, key, value, contiguous: bool):
         """Q W^Q, K W^K, V W^V, each split into heads: (B, H, L, D), (B, H, S, D), (B, H, S, D).
 
         Views into the projections' output, or with ``contiguous`` each head's rows side by side in
         memory, the layout a batched matmul wants (for self-attention, one copy makes all three)."""
-        if self_attention and self._qkv_same_embed_dim:  # one matmul for all three
-            qkv = self._split_heads(
-                F.linear(query, self.in_proj_weight, self.in_proj_bias), batch_first, parts=3
-            )
+        if query is key and key is value and self._qkv_same_embed_dim:  # one matmul for all three
+            qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)  # (B, L, 3E)
+            qkv = self._split_heads(qkv, parts=3)  # (3, B, H, L, D)
             return (qkv.contiguous() if contiguous else qkv).unbind(0)
         if self._qkv_same_embed_dim:
             w_q, w_k, w_v = self.in_proj_weight.chunk(3)
@@ -244,35 +247,10 @@ class MultiHeadAttention(nn.Module):
             w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         b_q, b_k, b_v = self.in_proj_bias.chunk(3) if self.in_proj_bias is not None else (None,) * 3
         heads = (
-            self._split_heads(F.linear(x, w, b), batch_first)[0]
+            self._split_heads(F.linear(x, w, b))[0]  # (B, H, L|S, D)
             for x, w, b in ((query, w_q, b_q), (key, w_k, b_k), (value, w_v, b_v))
         )
         return tuple(h.contiguous() if contiguous else h for h in heads)
-
-    def _may_attend(self, attn_mask, key_padding_mask, B, L, S) -> torch.Tensor | None:
-        """torch's two masks (True = masked out, or float added) merged into one mask in the
-        attention functions' convention (True = may attend, or float added), broadcastable to
-        (B, H, L, S)."""
-        masks = []
-        if attn_mask is not None:
-            masks.append(
-                attn_mask if attn_mask.dim() == 2 else attn_mask.view(B, self.num_heads, L, S)
-            )
-        if key_padding_mask is not None:
-            masks.append(key_padding_mask.view(B, 1, 1, S))
-        if not masks:
-            return None
-        if all(m.dtype == torch.bool for m in masks):
-            return ~(masks[0] | masks[1]) if len(masks) == 2 else ~masks[0]
-        # At least one float mask: turn bool ones into 0 / -inf and add them up.
-        dtype = next(m.dtype for m in masks if m.is_floating_point())
-        added = [
-            m
-            if m.is_floating_point()
-            else torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill(m, float("-inf"))
-            for m in masks
-        ]
-        return added[0] + added[1] if len(added) == 2 else added[0]
 
     # ------------------------------------------------------------------ argument checks
 
@@ -313,84 +291,3 @@ class MultiHeadAttention(nn.Module):
                 f"{key.dtype} and {value.dtype}; convert the inputs or the module (e.g. module.to({query.dtype}))"
             )
         return batched
-
-    def _check_masks(self, attn_mask, key_padding_mask, dtype, B, L, S, batched) -> None:
-        H = self.num_heads
-        if attn_mask is not None:
-            heads = (
-                ((B * H, L, S), f"(B·num_heads, L, S) = ({B}·{H}, {L}, {S})")
-                if batched
-                else ((H, L, S), f"(num_heads, L, S) = ({H}, {L}, {S})")
-            )
-            _require_mask("attn_mask", attn_mask, dtype, ((L, S), f"(L, S) = ({L}, {S})"), heads)
-        if key_padding_mask is not None:
-            expected = ((B, S), f"(B, S) = ({B}, {S})") if batched else ((S,), f"(S,) = ({S},)")
-            _require_mask("key_padding_mask", key_padding_mask, dtype, expected)
-
-
-def _require_mask(name: str, mask, dtype, *shapes: tuple[tuple[int, ...], str]) -> None:
-    """A mask is bool (True = masked out) or float (added to the scores) and has one of ``shapes``."""
-    require_tensor(name, mask)
-    if mask.dtype != torch.bool and mask.dtype != dtype:
-        kind = "float" if mask.is_floating_point() else "integer"
-        fix = f"{name}.to({dtype})" if mask.is_floating_point() else f"{name}.bool()"
-        raise ValueError(
-            f"{name} has dtype {mask.dtype}; expected torch.bool (True = masked out) or the inputs' "
-            f"float dtype {dtype} (added to the scores). Convert the {kind} mask with {fix}"
-        )
-    if tuple(mask.shape) not in [shape for shape, _ in shapes]:
-        expected = " or ".join(text for _, text in shapes)
-        raise ValueError(f"{name} has shape {shape_str(mask.shape)}, expected {expected}")
-
-
-def _fused_attention(q, k, v, mask, dropout_p: float, is_causal: bool) -> torch.Tensor:
-    """torch's fused SDPA kernel, with ``mask`` in its convention (True = may attend), and a
-    zero output (not NaN, as older kernels give) for a query that may attend to nothing."""
-    nothing_allowed = None
-    if mask is not None:
-        nothing_allowed = nothing_to_attend(mask)
-        if nothing_allowed.any():  # let those rows attend anywhere, then zero them
-            mask = (
-                mask | nothing_allowed
-                if mask.dtype == torch.bool
-                else mask.masked_fill(nothing_allowed, 0.0)
-            )
-        else:
-            nothing_allowed = None
-    heads = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal
-    )
-    return heads if nothing_allowed is None else heads.masked_fill(nothing_allowed, 0.0)
-
-
-def _attention_with_weights(q, k, v, mask, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q Kᵀ / √D + mask) V and the weights (B, H, L, S), ``mask`` as in
-    :func:`_fused_attention`. A query that may attend to nothing gets zero weights.
-
-    q, k, v are contiguous (B, H, L|S, D), so the batched matmuls below see (B·H) plain matrices;
-    the 1/√D scale rides along in the first one (baddbmm's alpha) instead of costing a pass.
-    """
-    B, H, L, D = q.shape
-    S = k.size(-2)
-    q3, k3, v3 = q.reshape(B * H, L, D), k.reshape(B * H, S, D), v.reshape(B * H, S, D)
-    scores = torch.baddbmm(
-        q3.new_empty(B * H, L, S), q3, k3.transpose(1, 2), beta=0.0, alpha=D**-0.5
-    )
-    scores = scores.view(B, H, L, S)
-    nothing_allowed = None
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            scores.masked_fill_(~mask, float("-inf"))
-        else:
-            scores += mask
-        nothing_allowed = nothing_to_attend(mask)
-    if nothing_allowed is not None and nothing_allowed.any():
-        weights = masked_softmax(scores, nothing_allowed)  # zero weights there, not NaN
-    elif scores.requires_grad:
-        weights = torch.softmax(scores, dim=-1)
-    else:  # no autograd: reuse the scores' memory; a fresh (B, H, L, S) buffer costs as much as the softmax
-        weights = torch.softmax(scores, dim=-1, out=scores)
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
-    heads = torch.bmm(weights.reshape(B * H, L, S), v3).view(B, H, L, D)
-    return heads, weights

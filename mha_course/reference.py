@@ -13,9 +13,10 @@ import math
 import torch
 from einops import rearrange
 
-from .attention import causal_mask as _causal_mask
+from ._validate import require_divisible
 from .attention import scaled_dot_product_attention as _sdpa
 from .layernorm import LayerNorm
+from .masks import causal_mask as _causal_mask
 from .positional import positional_encoding
 
 __all__ = [
@@ -66,10 +67,7 @@ class MultiHeadAttention(torch.nn.Module):
 
     def __init__(self, embed_dim, num_heads):
         super().__init__()
-        if embed_dim % num_heads != 0:
-            raise ValueError(
-                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})"
-            )
+        require_divisible("embed_dim", embed_dim, "num_heads", num_heads)
         self.num_heads = num_heads
         self.q_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^Q
         self.k_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^K

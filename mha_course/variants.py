@@ -26,12 +26,14 @@ import math
 from dataclasses import dataclass, fields, replace
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor
 
-from ._validate import require_positive_int, require_tensor, shape_str
-from .attention import masked_softmax, nothing_to_attend, scaled_dot_product_attention
+from . import masks
+from ._validate import require_divisible, require_positive_int, require_tensor, shape_str
+from .attention import scaled_dot_product_attention
+from .kernel import attention_weights, fused_attention
+from .masks import MAY_ATTEND, AttentionMask
 
 __all__ = ["MHAParams", "mha_loop", "mha_einsum", "mha_sdpa", "mha_einops", "VARIANTS"]
 
@@ -58,8 +60,7 @@ class MHAParams:
     def __post_init__(self):
         require_positive_int("num_heads", self.num_heads)
         E = self.W_Q.size(0)
-        if E % self.num_heads:
-            raise ValueError(f"embed_dim {E} is not divisible by num_heads {self.num_heads}")
+        require_divisible("embed_dim", E, "num_heads", self.num_heads)
         for name, W, rows in (
             ("W_Q", self.W_Q, E),
             ("W_K", self.W_K, None),
@@ -183,10 +184,8 @@ class MHAParams:
 # --- argument checks, shared by the four styles ----------------------------------------------------
 
 
-def _check(
-    query: Tensor, key: Tensor, value: Tensor, params: MHAParams, attn_mask
-) -> Tensor | None:
-    """Validate the inputs; return the mask as (B or 1, H or 1, L, S) bool, or None."""
+def _check(query: Tensor, key: Tensor, value: Tensor, params: MHAParams, attn_mask) -> None:
+    """Validate the inputs and the mask."""
     if not isinstance(params, MHAParams):
         raise TypeError(f"params must be an MHAParams, got {type(params).__name__}")
     for name, x, width in (
@@ -212,39 +211,33 @@ def _check(
             f"{shape_str(key.shape)} and {shape_str(value.shape)}"
         )
     if attn_mask is None:
-        return None
-    require_tensor("attn_mask", attn_mask)
-    if attn_mask.dtype != torch.bool:
-        raise ValueError(
-            f"attn_mask must be a bool tensor (True = may attend), got dtype {attn_mask.dtype}"
-        )
+        return
+    masks.require_mask("attn_mask", attn_mask, query.dtype, MAY_ATTEND, floats=False)
     B, L, S, H = query.size(0), query.size(1), key.size(1), params.num_heads
-    if attn_mask.dim() not in (2, 3, 4):
-        raise ValueError(
-            f"attn_mask must be (L, S), (B, L, S) or (B, H, L, S), got shape {shape_str(attn_mask.shape)}"
-        )
-    mask = attn_mask
-    if mask.dim() == 2:  # (L, S): the same for every sequence and head
-        mask = mask[None, None]
-    elif mask.dim() == 3:  # (B, L, S): one per sequence, the same for every head
-        mask = mask[:, None]
-    try:
-        fits = torch.broadcast_shapes(mask.shape, (B, H, L, S)) == (B, H, L, S)
-    except RuntimeError:
-        fits = False
-    if not fits:
+    if attn_mask.dim() not in (2, 3, 4) or not masks.broadcasts_to(
+        _with_head_axis(attn_mask).shape, (B, H, L, S)
+    ):
         raise ValueError(
             f"attn_mask of shape {shape_str(attn_mask.shape)} does not fit the scores: expected "
             f"(L, S) = ({L}, {S}), (B, L, S) = ({B}, {L}, {S}) or (B, H, L, S) = ({B}, {H}, {L}, {S})"
         )
-    return mask
 
 
-def _attention_weights(scores: Tensor, mask: Tensor | None) -> Tensor:
-    """Softmax over the keys; masked-out keys get weight 0, a query with no key allowed all zeros."""
-    if mask is None:
-        return torch.softmax(scores, dim=-1)
-    return masked_softmax(scores.masked_fill(~mask, float("-inf")), nothing_to_attend(mask))
+def _with_head_axis(attn_mask: Tensor) -> Tensor:
+    """The mask (L, S), (B, L, S) or (B, H, L, S) as (B or 1, H or 1, L, S)."""
+    if attn_mask.dim() == 2:  # (L, S): the same for every sequence and head
+        return attn_mask[None, None]
+    if attn_mask.dim() == 3:  # (B, L, S): one per sequence, the same for every head
+        return attn_mask[:, None]
+    return attn_mask
+
+
+def _checked_mask(query, key, value, params: MHAParams, attn_mask) -> AttentionMask:
+    """Check everything; return the mask in the kernel's canonical form."""
+    _check(query, key, value, params, attn_mask)
+    mask = None if attn_mask is None else _with_head_axis(attn_mask)
+    scores = (query.size(0), params.num_heads, query.size(1), key.size(1))  # (B, H, L, S)
+    return masks.from_may_attend(mask, scores, query.dtype)
 
 
 # --- (1) a loop over heads ---------------------------------------------------------------------------
@@ -254,18 +247,20 @@ def mha_loop(
     query: Tensor, key: Tensor, value: Tensor, params: MHAParams, attn_mask: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V), one head at a time, then Concat(...) W^O."""
-    mask = _check(query, key, value, params, attn_mask)
+    _check(query, key, value, params, attn_mask)
     H, D = params.num_heads, params.head_dim
-    masks = (
-        [None] * H if mask is None else mask.expand(-1, H, -1, -1).unbind(1)
-    )  # (B or 1, L, S) each
+    head_masks = (  # head i's mask, (B or 1, L, S), True = may attend
+        [None] * H
+        if attn_mask is None
+        else _with_head_axis(attn_mask).expand(-1, H, -1, -1).unbind(1)
+    )
     heads, weights = [], []
     for i in range(H):
         cols = slice(i * D, (i + 1) * D)  # head i's columns: W_i^Q = W_Q[:, cols]
         Q_i = query @ params.W_Q[:, cols] + params.b_Q[cols]  # (B, L, D)
         K_i = key @ params.W_K[:, cols] + params.b_K[cols]  # (B, S, D)
         V_i = value @ params.W_V[:, cols] + params.b_V[cols]  # (B, S, D)
-        head_i, weights_i = scaled_dot_product_attention(Q_i, K_i, V_i, attn_mask=masks[i])
+        head_i, weights_i = scaled_dot_product_attention(Q_i, K_i, V_i, attn_mask=head_masks[i])
         heads.append(head_i)
         weights.append(weights_i)
     concat = torch.cat(heads, dim=-1)  # (B, L, H·D)
@@ -279,7 +274,7 @@ def mha_einsum(
     query: Tensor, key: Tensor, value: Tensor, params: MHAParams, attn_mask: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """All heads at once: the weights get a head axis h, and einsum's subscripts say the shapes."""
-    mask = _check(query, key, value, params, attn_mask)
+    mask = _checked_mask(query, key, value, params, attn_mask)
     H, D = params.num_heads, params.head_dim
     W_Q, W_K, W_V = (
         W.unflatten(1, (H, D)) for W in (params.W_Q, params.W_K, params.W_V)
@@ -288,7 +283,7 @@ def mha_einsum(
     K = torch.einsum("bse,ehd->bhsd", key, W_K) + params.b_K.view(H, 1, D)
     V = torch.einsum("bse,ehd->bhsd", value, W_V) + params.b_V.view(H, 1, D)
     scores = torch.einsum("bhld,bhsd->bhls", Q / math.sqrt(D), K)
-    weights = _attention_weights(scores, mask)  # (B, H, L, S)
+    weights = attention_weights(scores, mask)  # softmax(scores + M), (B, H, L, S)
     heads = torch.einsum("bhls,bhsd->bhld", weights, V)
     W_O = params.W_O.unflatten(0, (H, D))  # (H, D, E): head h's rows of W^O
     return torch.einsum("bhld,hde->ble", heads, W_O) + params.b_O, weights
@@ -302,12 +297,12 @@ def mha_sdpa(
 ) -> tuple[Tensor, None]:
     """One projection per Q, K, V cut into heads by view/transpose; F.scaled_dot_product_attention
     does softmax(Q Kᵀ/√D) V in one fused call and never returns the (B, H, L, S) weights."""
-    mask = _check(query, key, value, params, attn_mask)
+    mask = _checked_mask(query, key, value, params, attn_mask)
     (B, L, E), S, H, D = query.shape, key.size(1), params.num_heads, params.head_dim
     Q = (query @ params.W_Q + params.b_Q).view(B, L, H, D).transpose(1, 2)  # (B, H, L, D)
     K = (key @ params.W_K + params.b_K).view(B, S, H, D).transpose(1, 2)  # (B, H, S, D)
     V = (value @ params.W_V + params.b_V).view(B, S, H, D).transpose(1, 2)
-    heads = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)  # (B, H, L, D)
+    heads = fused_attention(Q, K, V, mask)  # F.scaled_dot_product_attention, (B, H, L, D)
     concat = heads.transpose(1, 2).reshape(B, L, E)  # the transpose back before merging heads
     return concat @ params.W_O + params.b_O, None
 
@@ -319,13 +314,13 @@ def mha_einops(
     query: Tensor, key: Tensor, value: Tensor, params: MHAParams, attn_mask: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """The shapes written in the code: 'b l (h d) -> b h l d', then Q Kᵀ and A V batched over (b, h)."""
-    mask = _check(query, key, value, params, attn_mask)
+    mask = _checked_mask(query, key, value, params, attn_mask)
     H, D = params.num_heads, params.head_dim
     Q = rearrange(query @ params.W_Q + params.b_Q, "b l (h d) -> b h l d", h=H)
     K = rearrange(key @ params.W_K + params.b_K, "b s (h d) -> b h s d", h=H)
     V = rearrange(value @ params.W_V + params.b_V, "b s (h d) -> b h s d", h=H)
     scores = (Q / math.sqrt(D)) @ K.transpose(-2, -1)  # (B, H, L, S)
-    weights = _attention_weights(scores, mask)
+    weights = attention_weights(scores, mask)  # softmax(scores + M)
     heads = weights @ V  # (B, H, L, D)
     return rearrange(heads, "b h l d -> b l (h d)") @ params.W_O + params.b_O, weights
 

@@ -87,6 +87,15 @@ def test_weights_are_what_the_output_used():
     assert w.shape == (2, 4, 5)
 
 
+def test_leading_dims_broadcast_as_in_torch():
+    q, k, v = randn(2, 3, 4, 8), randn(1, 3, 6, 8), randn(3, 6, 5)  # one set of keys for both
+    mask = rand(2, 1, 4, 6) > 0.3
+    mask[..., 0] = True
+    out, w = sdpa(q, k, v, attn_mask=mask)
+    assert out.shape == (2, 3, 4, 5) and w.shape == (2, 3, 4, 6)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
 def test_is_causal_is_top_left_aligned_lower_triangle():
     q, k, v = randn(4, 8), randn(6, 8), randn(6, 8)
     _, w = sdpa(q, k, v, is_causal=True)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_course import MultiHeadAttention
+from mha_course import MultiHeadAttention, masks
 
 F64 = torch.float64
 TOL = {"atol": 1e-10, "rtol": 1e-9}
@@ -511,3 +511,65 @@ X, KV = torch.randn(2, 3, 8), torch.randn(2, 4, 8)
 def test_bad_arguments_raise_clear_errors(make, error, message):
     with pytest.raises(error, match=message):
         make()
+
+
+# ---------------------------------------------------------------- one mask conversion, no host sync
+
+
+def test_forward_converts_the_masks_once(monkeypatch):
+    calls = []
+    canonical = masks.canonical
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return canonical(*args, **kwargs)
+
+    monkeypatch.setattr(masks, "canonical", spy)
+    m = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 3, 8)
+    padding = torch.tensor([[False] * 3, [False, True, True]])
+    for need_weights in (True, False):
+        calls.clear()
+        m(x, x, x, key_padding_mask=padding, attn_mask=torch.zeros(3, 3), need_weights=need_weights)
+        assert len(calls) == 1
+
+
+COMPILE_CASES = {
+    "self-attention": {},
+    "key_padding_mask": {"key_padding_mask": torch.tensor([[False] * 5, [False] * 2 + [True] * 3])},
+    "attn_mask": {"attn_mask": torch.ones(5, 5, dtype=torch.bool).triu(1)},
+    "fully masked query": {"key_padding_mask": torch.tensor([[True] * 5, [False] * 5])},
+}
+
+
+@pytest.mark.parametrize("case", COMPILE_CASES)
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_torch_compile_fullgraph_traces_the_whole_forward(case, need_weights):
+    """fullgraph=True refuses a graph break, and a branch on a tensor's value (``.any()``,
+    ``.item()``, ``torch.equal``) is one: a forward that traces whole never waits for a GPU.
+    The eager backend runs the traced graph with PyTorch's own ops (fast, no code generation)."""
+    torch.compiler.reset()
+    m = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 5, 16)
+    kwargs = dict(COMPILE_CASES[case], need_weights=need_weights)
+    compiled = torch.compile(m, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        out, weights = compiled(x, x, x, **kwargs)
+        expected_out, expected_weights = m(x, x, x, **kwargs)
+    torch.testing.assert_close(out, expected_out)
+    assert (weights is None) == (not need_weights)
+    if need_weights:
+        torch.testing.assert_close(weights, expected_weights)
+
+
+def test_masks_that_are_not_contiguous_work():
+    theirs, ours = pair(embed_dim=8, num_heads=2, batch_first=True, dtype=F64)
+    x = torch.randn(2, 4, 8, dtype=F64)
+    padding = torch.tensor([[False, False], [False, True], [False, True], [False, False]]).T
+    per_head = (torch.rand(4, 4, 4) < 0.3).transpose(1, 2)  # (B·H, L, S), a transposed view
+    per_head[..., 0] = False
+    assert not padding.is_contiguous() and not per_head.is_contiguous()
+    expected = theirs(x, x, x, key_padding_mask=padding, attn_mask=per_head)
+    got = ours(x, x, x, key_padding_mask=padding, attn_mask=per_head)
+    torch.testing.assert_close(got[0], expected[0], **TOL)
+    torch.testing.assert_close(got[1], expected[1], **TOL)

@@ -257,7 +257,7 @@ def test_bad_arguments_raise_clear_errors(name, variant):
 
 def test_params_check_their_shapes():
     params = MHAParams.random(8, 2)
-    with pytest.raises(ValueError, match="not divisible by num_heads 3"):
+    with pytest.raises(ValueError, match=r"embed_dim \(8\) must be divisible by num_heads \(3\)"):
         MHAParams(*params.tensors(), num_heads=3)
     with pytest.raises(ValueError, match=r"W_O has shape \(8, 6\)"):
         MHAParams(*params.tensors()[:3], params.W_O[:, :6], *params.tensors()[4:], num_heads=2)

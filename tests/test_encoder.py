@@ -1,229 +1,20 @@
-"""LayerNorm, positional encoding, EncoderLayer and Encoder against PyTorch's own modules."""
+"""EncoderLayer and Encoder against torch.nn.TransformerEncoderLayer / TransformerEncoder."""
 
 import functools
-import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from module_helpers import assert_same_grads, randomise_
 from torch import nn
 
-from mha_course import (
-    Encoder,
-    EncoderLayer,
-    LayerNorm,
-    MultiHeadAttention,
-    PositionalEncoding,
-    positional_encoding,
-)
-from mha_course.encoder import _is_causal_mask
-from mha_course.layernorm import layer_norm_by_hand
+from mha_course import Encoder, EncoderLayer, LayerNorm, MultiHeadAttention, masks
 
 f64 = torch.float64
 randn = functools.partial(torch.randn, dtype=f64)
 quick = settings(max_examples=30, deadline=None)
-
-
-def randomise_(module: nn.Module, generator: torch.Generator) -> nn.Module:
-    """Every parameter random (norms and zero-initialised biases included), so nothing hides."""
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(0.3 * torch.randn(p.shape, generator=generator, dtype=p.dtype))
-    return module
-
-
-def assert_same_grads(ours: nn.Module, theirs: nn.Module) -> None:
-    theirs_params = dict(theirs.named_parameters())
-    for name, p in ours.named_parameters():
-        assert p.grad is not None, name
-        torch.testing.assert_close(p.grad, theirs_params[name].grad, msg=f"gradient of {name}")
-
-
-# ---------------------------------------------------------------- LayerNorm
-
-
-@st.composite
-def layer_norm_setups(draw):
-    normalized = tuple(draw(st.lists(st.integers(1, 6), min_size=1, max_size=2)))
-    lead = tuple(draw(st.lists(st.integers(1, 4), min_size=0, max_size=2)))
-    eps = draw(st.sampled_from([1e-5, 1e-3, 0.5]))
-    affine = draw(st.booleans())
-    bias = draw(st.booleans())
-    seed = draw(st.integers(0, 2**16))
-    return normalized, lead, eps, affine, bias, seed
-
-
-@quick
-@given(layer_norm_setups())
-def test_layer_norm_matches_torch_values_and_gradients(setup):
-    normalized, lead, eps, affine, bias, seed = setup
-    g = torch.Generator().manual_seed(seed)
-    theirs = nn.LayerNorm(normalized, eps=eps, elementwise_affine=affine, bias=bias, dtype=f64)
-    randomise_(theirs, g)
-    ours = LayerNorm(normalized, eps=eps, elementwise_affine=affine, bias=bias, dtype=f64)
-    ours.load_state_dict(theirs.state_dict())
-    x = (3 * randn(*lead, *normalized, generator=g) + 2).requires_grad_()
-    x2 = x.detach().clone().requires_grad_()
-    upstream = randn(*lead, *normalized, generator=g)
-    out_ours, out_theirs = ours(x), theirs(x2)
-    torch.testing.assert_close(out_ours, out_theirs)
-    (out_ours * upstream).sum().backward()
-    (out_theirs * upstream).sum().backward()
-    torch.testing.assert_close(x.grad, x2.grad)
-    assert_same_grads(ours, theirs)
-
-
-@quick
-@given(layer_norm_setups())
-def test_layer_norm_by_hand_is_the_formula_torch_computes(setup):
-    """The written-out formula (what lesson 03 teaches) equals the fused kernel the module uses,
-    values and gradients."""
-    normalized, lead, eps, affine, bias, seed = setup
-    g = torch.Generator().manual_seed(seed)
-    module = LayerNorm(normalized, eps=eps, elementwise_affine=affine, bias=bias, dtype=f64)
-    randomise_(module, g)
-    x = (3 * randn(*lead, *normalized, generator=g) + 2).requires_grad_()
-    x2 = x.detach().clone().requires_grad_()
-    by_hand = layer_norm_by_hand(x, module.normalized_shape, module.weight, module.bias, eps)
-    fused = module(x2)
-    torch.testing.assert_close(by_hand, fused)
-    upstream = randn(*lead, *normalized, generator=g)
-    (by_hand * upstream).sum().backward()
-    (fused * upstream).sum().backward()
-    torch.testing.assert_close(x.grad, x2.grad)
-
-
-def test_layer_norm_normalises_each_token_over_its_features():
-    x = randn(4, 3, 8) * 5 + 7
-    y = LayerNorm(8, dtype=f64)(x)
-    torch.testing.assert_close(y.mean(-1), torch.zeros(4, 3, dtype=f64))
-    torch.testing.assert_close(
-        y.var(-1, correction=0), torch.ones(4, 3, dtype=f64), atol=1e-4, rtol=0
-    )
-    # each token on its own: the batch around it does not matter (unlike BatchNorm)
-    torch.testing.assert_close(LayerNorm(8, dtype=f64)(x[1:2]), y[1:2])
-
-
-def test_layer_norm_of_a_constant_token_is_its_bias_not_nan():
-    ln = LayerNorm(4)
-    with torch.no_grad():
-        ln.bias.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
-    out = ln(torch.full((2, 4), 3.0))
-    torch.testing.assert_close(out, torch.tensor([[1.0, 2.0, 3.0, 4.0]] * 2))
-
-
-def test_layer_norm_parameters_and_float32_match_torch():
-    ours, theirs = LayerNorm(6), nn.LayerNorm(6)
-    assert (
-        [n for n, _ in ours.named_parameters()]
-        == [n for n, _ in theirs.named_parameters()]
-        == ["weight", "bias"]
-    )
-    torch.testing.assert_close(ours.weight, torch.ones(6))
-    torch.testing.assert_close(ours.bias, torch.zeros(6))
-    x = torch.randn(3, 5, 6) * 4 + 1
-    torch.testing.assert_close(ours(x), theirs(x))
-    assert (
-        LayerNorm(6, bias=False).bias is None
-        and LayerNorm(6, elementwise_affine=False).weight is None
-    )
-
-
-def test_layer_norm_bad_arguments():
-    with pytest.raises(
-        ValueError, match=r"input of shape \(2, 5\) must end with normalized_shape \(6\)"
-    ):
-        LayerNorm(6)(torch.randn(2, 5))
-    with pytest.raises(ValueError, match=r"must end with normalized_shape \(3, 4\)"):
-        LayerNorm((3, 4))(torch.randn(2, 4, 3))
-    with pytest.raises(ValueError, match="floating-point"):
-        LayerNorm(3)(torch.ones(2, 3, dtype=torch.long))
-    with pytest.raises(TypeError, match="torch.Tensor"):
-        LayerNorm(3)([1.0, 2.0, 3.0])
-    with pytest.raises(ValueError, match="normalized_shape"):
-        LayerNorm(0)
-    with pytest.raises(ValueError, match="eps"):
-        LayerNorm(3, eps=-1.0)
-
-
-# ---------------------------------------------------------------- positional encoding
-
-
-@pytest.mark.parametrize("max_len, d_model", [(1, 2), (7, 4), (30, 16), (12, 7), (5, 1)])
-def test_positional_encoding_follows_the_formula(max_len, d_model):
-    pe = positional_encoding(max_len, d_model, dtype=f64)
-    assert pe.shape == (max_len, d_model)
-    for pos in range(max_len):
-        for j in range(d_model):
-            angle = pos / 10000 ** (2 * (j // 2) / d_model)
-            expected = math.sin(angle) if j % 2 == 0 else math.cos(angle)
-            assert pe[pos, j].item() == pytest.approx(expected, abs=1e-12), (pos, j)
-
-
-def test_positional_encoding_equals_the_usual_implementation():
-    """The Annotated Transformer's version (exp/log frequencies) gives the same table."""
-    max_len, d_model = 100, 64
-    position = torch.arange(max_len, dtype=f64).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, d_model, 2, dtype=f64) * -(math.log(10000.0) / d_model))
-    expected = torch.zeros(max_len, d_model, dtype=f64)
-    expected[:, 0::2] = torch.sin(position * div_term)
-    expected[:, 1::2] = torch.cos(position * div_term)
-    torch.testing.assert_close(positional_encoding(max_len, d_model, dtype=f64), expected)
-    pe32 = positional_encoding(max_len, d_model)
-    assert pe32.dtype == torch.float32
-    torch.testing.assert_close(pe32, expected.float())
-
-
-def test_positional_encoding_row_zero_and_odd_width():
-    torch.testing.assert_close(positional_encoding(3, 6)[0], torch.tensor([0.0, 1, 0, 1, 0, 1]))
-    odd = positional_encoding(10, 5, dtype=f64)  # columns sin, cos, sin, cos, sin
-    torch.testing.assert_close(odd[:, 4], torch.sin(torch.arange(10, dtype=f64) / 10000 ** (4 / 5)))
-    with pytest.raises(ValueError, match="d_model"):
-        positional_encoding(10, 0)
-    with pytest.raises(TypeError, match="max_len"):
-        positional_encoding(10.0, 4)
-
-
-@pytest.mark.parametrize("batch_first", [True, False])
-def test_positional_encoding_module_adds_the_table(batch_first):
-    d_model = 8
-    module = PositionalEncoding(d_model, dropout=0.0, max_len=20, batch_first=batch_first)
-    x = randn(3, 6, d_model)  # (B, L, E)
-    table = positional_encoding(20, d_model, dtype=f64)[:6]
-    if batch_first:
-        torch.testing.assert_close(module(x), x + table)
-    else:
-        x_seq_first = x.transpose(0, 1)  # (L, B, E)
-        torch.testing.assert_close(module(x_seq_first), (x + table).transpose(0, 1))
-    torch.testing.assert_close(module(x[0]), x[0] + table)  # unbatched (L, E)
-    assert "pe" not in module.state_dict()  # a fixed function of the position, not saved
-
-
-def test_positional_encoding_dropout_only_in_training():
-    module = PositionalEncoding(16, dropout=0.5, max_len=10)
-    x = torch.randn(4, 10, 16)
-    summed = x + positional_encoding(10, 16)
-    torch.testing.assert_close(module.eval()(x), summed)
-    torch.manual_seed(0)
-    out = module.train()(x)
-    dropped = out == 0
-    assert 0.3 < dropped.float().mean() < 0.7
-    torch.testing.assert_close(out[~dropped], 2 * summed[~dropped])  # survivors scaled by 1/(1-p)
-
-
-def test_positional_encoding_module_bad_inputs():
-    module = PositionalEncoding(8, max_len=5)
-    with pytest.raises(ValueError, match=r"sequence length 6 .* longer than max_len = 5"):
-        module(torch.randn(2, 6, 8))
-    with pytest.raises(ValueError, match=r"x has 7 features .* expected d_model = 8"):
-        module(torch.randn(2, 3, 7))
-    with pytest.raises(ValueError, match="3-D"):
-        module(torch.randn(2, 2, 3, 8))
-    with pytest.raises(ValueError, match="dropout"):
-        PositionalEncoding(8, dropout=1.5)
-
 
 # ---------------------------------------------------------------- EncoderLayer
 
@@ -236,7 +27,7 @@ def torch_layer(d_model=16, nhead=4, d_ff=24, *, seed=0, **kwargs):
 
 def padding_mask(lengths, L):
     """(B, L) bool, True at the padded positions (torch's convention)."""
-    return torch.arange(L) >= torch.tensor(lengths).unsqueeze(1)
+    return masks.padding_mask(torch.tensor(lengths), L)
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
@@ -379,9 +170,7 @@ def test_encoder_layer_from_torch_copies_configuration():
 
 
 def test_encoder_layer_bad_arguments():
-    with pytest.raises(
-        ValueError, match=r"d_model must be divisible by nhead.*d_model=10, nhead=4"
-    ):
+    with pytest.raises(ValueError, match=r"d_model \(10\) must be divisible by nhead \(4\)"):
         EncoderLayer(10, 4)
     with pytest.raises(ValueError, match=r"unknown activation 'swish'; use one of 'relu', 'gelu'"):
         EncoderLayer(8, 2, activation="swish")
@@ -398,6 +187,21 @@ def test_encoder_layer_bad_arguments():
         layer(torch.randn(2, 3, 8), src_key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match=r"src_mask has shape \(3, 4\)"):
         layer(torch.randn(2, 3, 8), src_mask=torch.zeros(3, 4, dtype=torch.bool))
+    with pytest.raises(
+        ValueError,
+        match=r"src_key_padding_mask has dtype torch.int64; expected torch.bool \(True = masked "
+        r"out\) .* src_key_padding_mask.bool\(\)",
+    ):
+        layer(torch.randn(2, 3, 8), src_key_padding_mask=torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"src_mask has dtype torch.float64; .* torch.float32"):
+        layer(torch.randn(2, 3, 8), src_mask=torch.zeros(3, 3, dtype=f64))
+    with pytest.raises(ValueError, match=r"src has dtype torch.float64 but .* torch.float32"):
+        layer(torch.randn(2, 3, 8, dtype=f64))
+    with pytest.raises(TypeError, match="src_mask must be a torch.Tensor, got list"):
+        layer(torch.randn(2, 3, 8), src_mask=[[0.0]])
+    encoder = Encoder(layer, 2)
+    with pytest.raises(ValueError, match=r"src_key_padding_mask has shape \(2, 4\)"):
+        encoder(torch.randn(2, 3, 8), src_key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="4-D|3-D"):
         layer(torch.randn(1, 2, 3, 8))
     with pytest.raises(ValueError, match="dropout"):
@@ -476,21 +280,27 @@ def test_encoder_need_weights_returns_each_layers_weights():
     torch.testing.assert_close(weights[1], expected)
 
 
-def test_encoder_detects_a_causal_mask():
-    encoder = Encoder(EncoderLayer(8, 2, 16, dropout=0.0), num_layers=2).double()
-    x = randn(2, 5, 8)
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_encoder_causal_mask_is_torchs_and_is_causal_is_only_a_hint(need_weights):
+    """torch's TransformerEncoder compares ``mask`` with the causal mask when is_causal is None;
+    ours reads no mask values (that would wait for a GPU) and gives the same answer whatever
+    the flag says."""
+    theirs = nn.TransformerEncoder(torch_layer(), num_layers=2, enable_nested_tensor=False)
+    encoder = Encoder.from_torch(theirs)
+    x = randn(2, 5, 16)
     float_causal = nn.Transformer.generate_square_subsequent_mask(5, dtype=f64)
     bool_causal = torch.ones(5, 5, dtype=torch.bool).triu(1)
-    layer = encoder.layers[0]
-    assert _is_causal_mask(float_causal, x, layer) and _is_causal_mask(bool_causal, x, layer)
-    assert not _is_causal_mask(~bool_causal, x, layer) and not _is_causal_mask(None, x, layer)
-    assert not _is_causal_mask(torch.zeros(5, 5, dtype=f64), x, layer)
-    torch.testing.assert_close(
-        encoder(x, mask=float_causal), encoder(x, mask=float_causal, is_causal=False)
-    )
+    expected = theirs(x, mask=float_causal)
+    for mask in (float_causal, bool_causal):
+        for is_causal in (None, False, True):
+            got = encoder(x, mask=mask, is_causal=is_causal, need_weights=need_weights)
+            torch.testing.assert_close(got[0] if need_weights else got, expected)
+    # is_causal=True without a mask builds the causal mask
+    got = encoder(x, is_causal=True, need_weights=need_weights)
+    torch.testing.assert_close(got[0] if need_weights else got, expected)
     # causal: a token's output does not depend on later tokens
     changed = x.clone()
-    changed[:, 3:] = randn(2, 2, 8)
+    changed[:, 3:] = randn(2, 2, 16)
     torch.testing.assert_close(
         encoder(changed, mask=bool_causal)[:, :3], encoder(x, mask=bool_causal)[:, :3]
     )
@@ -519,3 +329,66 @@ def test_padding_does_not_change_the_real_tokens(lengths, extra, norm_first, see
     for i, n in enumerate(lengths):
         alone = encoder(batch[i : i + 1, :n])
         torch.testing.assert_close(out[i : i + 1, :n], alone)
+
+
+# ---------------------------------------------------------------- one mask conversion, no host sync
+
+
+def test_encoder_checks_and_converts_the_masks_once_for_all_its_layers(monkeypatch):
+    """Six layers, one key padding mask: checked and converted once in Encoder.forward, and the
+    same canonical mask is handed to every layer."""
+    calls, seen = [], []
+    canonical, attend = masks.canonical, MultiHeadAttention._attend
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return canonical(*args, **kwargs)
+
+    def attend_spy(self, query, key, value, mask, need_weights):
+        seen.append(mask)
+        return attend(self, query, key, value, mask, need_weights)
+
+    monkeypatch.setattr(masks, "canonical", spy)
+    monkeypatch.setattr(MultiHeadAttention, "_attend", attend_spy)
+    encoder = Encoder(EncoderLayer(8, 2, 16, dropout=0.0), num_layers=6).eval()
+    x, pad = torch.randn(2, 4, 8), padding_mask([4, 2], 4)
+    for need_weights in (False, True):
+        calls.clear(), seen.clear()
+        encoder(x, src_key_padding_mask=pad, need_weights=need_weights)
+        assert len(calls) == 1 and len(seen) == 6
+        assert all(mask is seen[0] for mask in seen)
+    calls.clear()
+    encoder.layers[0](x, src_key_padding_mask=pad)  # one layer on its own: once too
+    assert len(calls) == 1
+
+
+def compile_and_compare(module, x, **kwargs):
+    torch.compiler.reset()
+    compiled = torch.compile(module, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        got, expected = compiled(x, **kwargs), module(x, **kwargs)
+    if kwargs.get("need_weights"):
+        (got, got_weights), (expected, expected_weights) = got, expected
+        for a, b in zip(
+            got_weights if isinstance(got_weights, list) else [got_weights],
+            expected_weights if isinstance(expected_weights, list) else [expected_weights],
+        ):
+            torch.testing.assert_close(a, b)
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_torch_compile_fullgraph_traces_a_layer(need_weights, norm_first):
+    """No graph break (so no host sync) anywhere in a layer, with a padding mask that leaves one
+    sequence nothing to attend to."""
+    layer = EncoderLayer(16, 4, 32, dropout=0.0, norm_first=norm_first).eval()
+    x, pad = torch.randn(3, 5, 16), padding_mask([5, 2, 0], 5)
+    compile_and_compare(layer, x, src_key_padding_mask=pad, need_weights=need_weights)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_torch_compile_fullgraph_traces_a_six_layer_stack(need_weights):
+    encoder = Encoder(EncoderLayer(16, 4, 32, dropout=0.0), num_layers=6).eval()
+    x, pad = torch.randn(3, 5, 16), padding_mask([5, 2, 0], 5)
+    compile_and_compare(encoder, x, src_key_padding_mask=pad, need_weights=need_weights)

@@ -1,0 +1,19 @@
+"""Helpers shared by the tests that compare the package's layers with PyTorch's."""
+
+import torch
+from torch import nn
+
+
+def randomise_(module: nn.Module, generator: torch.Generator) -> nn.Module:
+    """Every parameter random (norms and zero-initialised biases included), so nothing hides."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(0.3 * torch.randn(p.shape, generator=generator, dtype=p.dtype))
+    return module
+
+
+def assert_same_grads(ours: nn.Module, theirs: nn.Module) -> None:
+    theirs_params = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        assert p.grad is not None, name
+        torch.testing.assert_close(p.grad, theirs_params[name].grad, msg=f"gradient of {name}")
