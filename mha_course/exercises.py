@@ -3,7 +3,7 @@ the reference used in its place until the learner's version passes.
 
 This registry is also the one place that decides whether an answer is used: :func:`evaluate`
 runs an answer through its exercise's checker and returns a :class:`Verdict`, which both
-``checks.yours_or_reference`` (in the lesson) and ``notebook.load_your_work`` (in later lessons)
+:func:`yours_or_reference` (in the lesson) and ``notebook.load_your_work`` (in later lessons)
 print. The names here are what the learner writes, and the checkers' messages use them.
 """
 
@@ -21,7 +21,7 @@ __all__ = [
     "EXERCISES",
     "by_name",
     "by_check",
-    "registered_name",
+    "yours_or_reference",
     "Verdict",
     "evaluate",
     "evaluate_file",
@@ -100,11 +100,6 @@ def by_check(check) -> Exercise | None:
     return next((e for e in EXERCISES if e.check is check), None)
 
 
-def registered_name(check) -> str | None:
-    exercise = by_check(check)
-    return None if exercise is None else exercise.name
-
-
 # ---------------------------------------------------------------- verdicts
 
 
@@ -172,3 +167,43 @@ def evaluate_file(exercise: Exercise, path: Path, namespace: dict) -> tuple[Verd
     if candidate is None:
         return Verdict(exercise, f"no {exercise.name} in {path.name}"), None
     return evaluate(exercise, candidate, cell=False), candidate
+
+
+# ---------------------------------------------------------------- in a lesson
+
+
+def yours_or_reference(check, yours, reference):
+    """Return ``yours`` when it passes ``check``, else ``reference``, and say which one is used
+    (and, when it is the reference, why in one line, and what to do).
+
+    Cells after an exercise call this, so an unfinished exercise does not break the rest of the
+    lesson: they run on the course's reference until the learner's version passes.
+    """
+    verdict = evaluate(check, yours)
+    name, check_name = verdict.exercise.name, getattr(check, "__name__", "its check")
+    if verdict.passed:
+        print(f"Using your {name} (it passes {check_name}).")
+        return yours
+    problem, then = {
+        "not done yet": (
+            "is not done yet",
+            "Finish the exercise and re-run this cell to use yours.",
+        ),
+        "did not run": (
+            "is an earlier definition: its exercise cell did not run",
+            "Fix the cell, run it, then re-run this cell.",
+        ),
+    }.get(
+        verdict.status,
+        (
+            f"does not pass {check_name} yet",
+            "Run the check cell above for the full message; fix your answer, then re-run this cell.",
+        ),
+    )
+    print(
+        f"Your {name} {problem}, so the cells below use the course's reference "
+        f"(mha_course.reference). {then}"
+    )
+    if verdict.reason:
+        print(f"  ({verdict.reason})")
+    return reference

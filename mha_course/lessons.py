@@ -16,6 +16,8 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from .work import TODO, keep_earlier_version
+
 __all__ = [
     "BEGIN",
     "END",
@@ -29,8 +31,6 @@ __all__ = [
 ]
 
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
-# The line that stands where an answer goes; a cell that still holds it is not an answer yet.
-TODO = 'raise NotImplementedError("Exercise: write this part, then run the check below.")'
 
 EXERCISE_NOTE = (
     "> **Exercise version.** Write your answers in the cells that start with `# exercise:`, where it "
@@ -150,8 +150,6 @@ def reset(lesson: str, root: Path | str | None = None) -> Path:
         raise SystemExit(f"no lesson {lesson!r}; the lessons are {known}")
     target = exercise_path(paths[0])
     if target.exists():
-        from .work import keep_earlier_version
-
         backup = keep_earlier_version(target, target.parent / "my_work" / ".history")
         print(f"your old notebook is kept as {backup.relative_to(root)}")
     nb = make_exercise_notebook(nbformat.read(paths[0], as_version=4), paths[0].name)

@@ -6,12 +6,11 @@ answer in it, its code is saved to ``my_work/<name>.py`` next to the notebook (s
 :mod:`mha_course.work` for how earlier versions are kept), so a later lesson can load it with
 :func:`load_your_work`: the learner's own attention, multi-head attention and LayerNorm become
 the parts of their encoder. The last run of every exercise cell is also remembered
-(:func:`last_run`), so a check can say when the cell it is about to test did not run.
+(:func:`mha_course.work.last_run`), so a check can say when the cell it tests did not run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,9 +18,9 @@ import torch
 
 from .exercises import EXERCISES, Verdict, evaluate_file
 from .utils import get_device, seed_everything
-from .work import exercise_name, is_answer, save_answer, work_dir
+from .work import ExerciseRun, exercise_name, is_answer, record_run, save_answer, work_dir
 
-__all__ = ["start", "expect", "load_your_work", "last_run", "ExerciseRun"]
+__all__ = ["start", "expect", "load_your_work"]
 
 # Imports available to saved answers when a later lesson loads them (the lessons' own imports).
 _PREAMBLE = """\
@@ -63,23 +62,6 @@ def _set_plot_style() -> None:
 # ---------------------------------------------------------------- exercise cells, as they run
 
 
-@dataclass(frozen=True)
-class ExerciseRun:
-    """How the last run of an exercise cell went."""
-
-    name: str
-    succeeded: bool
-    error: str | None = None  # e.g. "SyntaxError: invalid syntax (line 12)"
-
-
-_LAST_RUNS: dict[str, ExerciseRun] = {}
-
-
-def last_run(name: str) -> ExerciseRun | None:
-    """The last run of the ``# exercise: <name>`` cell in this kernel, or None if it never ran."""
-    return _LAST_RUNS.get(name)
-
-
 def _describe(error: BaseException) -> str:
     if isinstance(error, SyntaxError):
         return f"{type(error).__name__}: {error.msg} (line {error.lineno})"
@@ -94,7 +76,7 @@ def after_exercise_cell(source: str, error: BaseException | None = None) -> None
     name = exercise_name(source)
     if name is None:
         return
-    _LAST_RUNS[name] = ExerciseRun(name, error is None, None if error is None else _describe(error))
+    record_run(ExerciseRun(name, error is None, None if error is None else _describe(error)))
     if error is not None:
         return
     if is_answer(source):

@@ -18,11 +18,11 @@ from __future__ import annotations
 import os
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from .lessons import TODO
-
 __all__ = [
+    "TODO",
     "EXERCISE_MARKER",
     "work_dir",
     "exercise_name",
@@ -30,8 +30,14 @@ __all__ = [
     "save_answer",
     "keep_earlier_version",
     "history",
+    "ExerciseRun",
+    "last_run",
+    "record_run",
 ]
 
+# The line that stands where an answer goes in a generated skeleton (mha_course.lessons); a cell
+# that still holds it is not an answer yet.
+TODO = 'raise NotImplementedError("Exercise: write this part, then run the check below.")'
 EXERCISE_MARKER = re.compile(r"^\s*# exercise: (\w+)")
 WORK_DIR_VARIABLE = "MHA_COURSE_WORK_DIR"
 
@@ -91,3 +97,28 @@ def history(name: str | None = None, directory: Path | None = None) -> list[Path
         return []
     versions = sorted(folder.iterdir(), key=lambda p: (p.stat().st_mtime, p.name))
     return [p for p in versions if name is None or p.name.split(".")[0] == name]
+
+
+# ---------------------------------------------------------------- the last run of each exercise cell
+
+
+@dataclass(frozen=True)
+class ExerciseRun:
+    """How the last run of an exercise cell went (recorded by the notebook's cell hook)."""
+
+    name: str
+    succeeded: bool
+    error: str | None = None  # e.g. "SyntaxError: invalid syntax (line 12)"
+
+
+_LAST_RUNS: dict[str, ExerciseRun] = {}
+
+
+def record_run(run: ExerciseRun) -> None:
+    _LAST_RUNS[run.name] = run
+
+
+def last_run(name: str) -> ExerciseRun | None:
+    """The last run of the ``# exercise: <name>`` cell in this kernel, or None if it never ran:
+    a check uses it to say that the definition it was given is stale."""
+    return _LAST_RUNS.get(name)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from mha_course import reference
-from mha_course.checks import check_attention_in_blocks, yours_or_reference
-from mha_course.exercises import by_name
+from mha_course.checks import check_attention_in_blocks
+from mha_course.exercises import by_name, yours_or_reference
 
 import checker_helpers as shared
 

@@ -4,15 +4,16 @@ lessons, and the fallback to the reference."""
 import pytest
 import torch
 
-from mha_course import checks, notebook, reference
-from mha_course.notebook import after_exercise_cell, last_run, load_your_work
-from mha_course.work import save_answer
+from mha_course import checks, reference, work
+from mha_course.exercises import yours_or_reference
+from mha_course.notebook import after_exercise_cell, load_your_work
+from mha_course.work import last_run, save_answer
 
 
 @pytest.fixture(autouse=True)
 def fresh_cell_runs(monkeypatch):
     """Each test starts with no exercise cell run, and leaves none behind for other tests."""
-    monkeypatch.setattr(notebook, "_LAST_RUNS", {})
+    monkeypatch.setattr(work, "_LAST_RUNS", {})
 
 
 GOOD_SOFTMAX = """# exercise: softmax
@@ -86,20 +87,16 @@ def test_yours_or_reference(capsys):
         return scores
 
     assert (
-        checks.yours_or_reference(checks.check_softmax, skeleton, reference.softmax)
-        is reference.softmax
+        yours_or_reference(checks.check_softmax, skeleton, reference.softmax) is reference.softmax
     )
     assert "not done yet" in capsys.readouterr().out
-    assert (
-        checks.yours_or_reference(checks.check_softmax, wrong, reference.softmax)
-        is reference.softmax
-    )
+    assert yours_or_reference(checks.check_softmax, wrong, reference.softmax) is reference.softmax
     assert "does not pass check_softmax" in capsys.readouterr().out
 
     def right(scores):
         return torch.softmax(scores, -1)
 
-    assert checks.yours_or_reference(checks.check_softmax, right, reference.softmax) is right
+    assert yours_or_reference(checks.check_softmax, right, reference.softmax) is right
 
 
 def test_load_your_work_lists_only_earlier_lessons(tmp_path, capsys):
