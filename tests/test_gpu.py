@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -446,3 +448,57 @@ def test_minilm_half_precision_on_the_device_is_as_accurate_as_bert(gpu, dtype):
         assert mine <= 2 * theirs, message + " (ours should be about as accurate)"
         assert mine <= bound, message + f" (bound {bound:.0e})"
     _assert_no_weight_on_padding(with_weights.attentions, real)
+
+
+# ---------------------------------------------------------------- every lesson on the device
+#
+# Each notebook, both versions, executed top to bottom on the GPU (its set-up cell picks CUDA) in
+# nbval's lax mode: every cell must run without an error; outputs are not compared (numbers
+# legitimately differ on a GPU). A lesson must fit a GPU session: at most 90 s on an H100-class
+# device (compute capability 8.0 or more); on smaller GPUs (a Colab T4) the time is reported.
+
+LESSON_SECONDS_ON_A_BIG_GPU = 90
+
+
+def _lesson_notebooks():
+    from tools import authoring
+
+    return authoring.lesson_notebooks()
+
+
+@pytest.mark.parametrize("notebook", _lesson_notebooks(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_lesson_runs_on_the_device(gpu, notebook):
+    import subprocess
+    import sys
+    import time
+
+    if gpu.type != "cuda" and os.environ.get("MHA_COURSE_GPU_NOTEBOOKS_ON_CPU") != "1":
+        pytest.skip(
+            "the lessons on the CPU are the default test run; set MHA_COURSE_GPU_NOTEBOOKS_ON_CPU=1"
+        )
+    start = time.perf_counter()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-o",
+            "addopts=",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--nbval-lax",
+            "--nbval-current-env",
+            "--nbval-cell-timeout=300",
+            str(notebook),
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MHA_COURSE_DEVICE": gpu.type},
+    )
+    seconds = time.perf_counter() - start
+    assert done.returncode == 0, done.stdout[-4000:]
+    print(f"{notebook.name} on {gpu.type}: {seconds:.0f} s")
+    if gpu.type == "cuda" and torch.cuda.get_device_capability(gpu)[0] >= 8:
+        assert seconds <= LESSON_SECONDS_ON_A_BIG_GPU, f"{notebook.name} took {seconds:.0f} s"
