@@ -1,4 +1,4 @@
-"""Planning a sweep: what the device can run, what fits in its memory, and what fits in the time budget.
+"""Planning a sweep: what the device can run, what fits in its memory, what fits in the budget.
 
 Every decision here is a plain function of a :class:`DeviceProfile` (measured by
 :func:`describe_device` at the start of a sweep, or written by hand in a test) and of what the
@@ -60,9 +60,9 @@ measured (measured on a CPU: 10-20% for the unfused versions at long L, about 60
 MIN_BLOCKS = 3  # timed blocks every measurement gets, however slow one call is
 UNTIMED_CALLS = 2  # the correctness gate and the memory pass
 SCORE_COPIES = {"forward": 4, "forward+backward": 8}
-"""(B, H, L, S) matrices an implementation that holds the scores is assumed to need at its peak
-(scores, weights, a temporary; with backward, their gradients too: on an H100 the unfused versions
-peaked at 4 and 8 score matrices at L = 8192)."""
+"""(B, H, L, S) matrices an implementation that holds the scores is assumed to need at its peak:
+scores, weights, temporaries, and with backward their gradients too. (On an H100 the unfused
+versions peaked at 16 to 32 GiB at L = 8192, B = 4, H = 8 in float16: 4 to 8 score matrices.)"""
 ACTIVATION_COPIES = {"forward": 8, "forward+backward": 24}  # (B, L, E) tensors: Q, K, V, ...
 MEASUREMENT_OVERHEAD_S = 0.005
 """Seconds a measurement spends besides its calls and the memory probe: building the
@@ -265,6 +265,11 @@ def available_memory(device: torch.device) -> float:
     return math.inf
 
 
+def _flash_built() -> bool:
+    available = getattr(torch.backends.cuda, "is_flash_attention_available", None)
+    return available() if available is not None else True  # an older torch: the call will say
+
+
 def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` computes in bfloat16 natively (a CPU does; a GPU from Ampere, 8.0, on)."""
     if device.type != "cuda":
@@ -348,7 +353,7 @@ def describe_device(
         type=device.type,
         capability=torch.cuda.get_device_capability(device) if cuda else None,
         native_bf16=native_bf16(device),
-        flash_built=not cuda or torch.backends.cuda.is_flash_attention_available(),
+        flash_built=not cuda or _flash_built(),
         cudnn_built=not cuda or torch.backends.cudnn.is_available(),
         available_bytes=available_memory(device),
         matmul_rate=rates,

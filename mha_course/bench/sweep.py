@@ -100,11 +100,23 @@ def default_budget(device=None, quick: bool = False) -> float:
 class _Sweeper:
     """A sweep as it runs: its clock, what it has measured so far, and what it gave up on."""
 
-    def __init__(self, profile: DeviceProfile, deadline: float, run_times, **settings):
+    def __init__(
+        self,
+        profile: DeviceProfile,
+        deadline: float,
+        run_times: tuple[float, float | None],
+        *,
+        device: torch.device,
+        threads: int,
+        params64: MHAParams,
+        matmul_n: int,
+        seed: int,
+    ):
         self.profile, self.deadline = profile, deadline
-        self.min_run_time, self.max_run_time = run_times
         self.budgeted = deadline < math.inf
-        self.settings = settings  # device, threads, seed, matmul_n, params64
+        self.min_run_time, self.max_run_time = run_times
+        self.device, self.threads, self.matmul_n, self.seed = device, threads, matmul_n, seed
+        self.params64 = params64
         self.params = {}  # dtype -> the shared weights in that dtype, on the device
         self.seen: dict[tuple, list] = {}  # series -> [(length, seconds per call, peak bytes)]
         self.slowdowns: list[float] = []  # measured over predicted seconds per call
@@ -129,8 +141,8 @@ class _Sweeper:
     def verdicts(self, remaining: Sequence[Case]) -> tuple[dict[int, tuple[str, str]], float]:
         """Why each case from this group on will not run (index -> (status, message)), and the
         timed seconds per measurement, planned again with everything measured so far."""
-        device = self.settings["device"]
-        self.profile = dataclasses.replace(self.profile, available_bytes=available_memory(device))
+        available = available_memory(self.device)
+        self.profile = dataclasses.replace(self.profile, available_bytes=available)
         verdicts = {i: v for i, case in enumerate(remaining) if (v := self.cannot_run(case))}
         if not self.budgeted:
             return verdicts, self.min_run_time
@@ -149,14 +161,18 @@ class _Sweeper:
                 verdicts[i] = ("skipped", f"{TOO_SLOW} ({per_call})")
         return verdicts, chosen.run_time
 
-    def too_slow(self, call_s: float, run_time: float, what: str) -> str | None:
-        """The reason to skip a measurement whose calls take ``call_s`` when the budget cannot
-        pay for it now (``what`` says where ``call_s`` comes from), or None."""
-        cost, left = measurement_s(call_s, run_time, self.profile), self.left()
+    def too_slow(self, call_s: float, run_time: float, measured: bool = False) -> str | None:
+        """Why the budget cannot pay now for a measurement whose calls take ``call_s`` (or None):
+        predicted, before the measurement, or ``measured`` by its first call."""
+        cost = measurement_s(call_s, run_time, self.profile)
+        if measured:  # that call is paid for
+            cost -= self.profile.cost_factor * call_s
+        left = self.left()
         if cost <= left:
             return None
+        how = "measured" if measured else "predicted"
         return (
-            f"{TOO_SLOW} ({what} {format_time(call_s)} per call, {format_time(max(left, 0))} left)"
+            f"{TOO_SLOW} ({how} {format_time(call_s)} per call, {format_time(max(left, 0))} left)"
         )
 
     def record(self, case: Case, result: Result, call_s: float | None) -> None:
@@ -180,37 +196,33 @@ class _Sweeper:
         factor = max(0.5, statistics.median(self.cost_ratios))
         self.profile = dataclasses.replace(self.profile, cost_factor=factor)
 
-    def run_group(self, group: Sequence[Case], remaining: Sequence[Case], bar) -> list[Result]:
-        """Every case of one (dtype, mode, length): measured, or recorded with why it was not."""
-        device, threads = self.settings["device"], self.settings["threads"]
+    def run_group(self, group: Sequence[Case], remaining: Sequence[Case], bar, emit) -> None:
+        """Every case of one (dtype, mode, length), measured or with why it was not, to ``emit``."""
         verdicts, run_time = self.verdicts(remaining)
         first, ceiling, inputs = group[0], None, None
         if any(i not in verdicts for i in range(len(group))):
             ceiling = matmul_rate(
-                device,
+                self.device,
                 first.dtype,
-                n=self.settings["matmul_n"],
-                threads=threads,
+                n=self.matmul_n,
+                threads=self.threads,
                 min_run_time=self.min_run_time,
                 max_run_time=self.min_run_time if self.budgeted else self.max_run_time,
                 warmup=1 if self.budgeted else 2,
             )
-            inputs = make_inputs(self.settings["params64"], first, device, self.settings["seed"])
+            inputs = make_inputs(self.params64, first, self.device, self.seed)
         if first.dtype not in self.params:
-            self.params[first.dtype] = self.settings["params64"].to(
-                dtype=first.dtype, device=device
-            )
-        timing = dict(threads=threads, min_run_time=run_time)
+            self.params[first.dtype] = self.params64.to(dtype=first.dtype, device=self.device)
+        timing = dict(threads=self.threads, min_run_time=run_time)
         timing["max_run_time"] = run_time if self.budgeted else self.max_run_time
-        results = []
         for i, case in enumerate(group):
             bar.set_description(f"{case.dtype_name} {case.mode} L={case.length}", False)
             bar.set_postfix_str(case.implementation.name)
-            base = _base(case, device, ceiling)
+            base = _base(case, self.device, ceiling)
             verdict = verdicts.get(i)
             if verdict is None and self.budgeted:  # the plan may be stale: check the clock
                 predicted = predict_call_s(case, self.profile, self.seen)
-                if reason := self.too_slow(predicted, run_time, "predicted"):
+                if reason := self.too_slow(predicted, run_time):
                     verdict = ("skipped", reason)
             if verdict is not None:
                 result = dataclasses.replace(base, status=verdict[0], message=verdict[1])
@@ -221,19 +233,15 @@ class _Sweeper:
                     self.params[case.dtype],
                     inputs,
                     base,
-                    device,
-                    afford=lambda s: (
-                        self.too_slow(s, run_time, "measured") if self.budgeted else None
-                    ),
-                    deadline=self.deadline if self.budgeted else None,
+                    self.device,
+                    afford=lambda s: self.too_slow(s, run_time, measured=True),
+                    deadline=self.deadline,
                     **timing,
                 )
                 self.record(case, result, call_s)
                 if result.status == "ok":
                     self.record_cost(result.median_s, run_time, time.perf_counter() - start)
-            results.append(result)
-            bar.update()
-        return results
+            emit(result)
 
 
 def _base(case: Case, device: torch.device, ceiling: float | None) -> Result:
@@ -299,8 +307,8 @@ def run_sweep(
     ``dtypes`` defaults to :func:`default_dtypes`. ``threads`` defaults to the current
     ``torch.get_num_threads()``; it is set for the sweep, recorded, and restored after. The float64
     reference checks the first ``check_queries`` queries; ``matmul_n`` sizes the matmul whose rate
-    is the ceiling (default 4096 on a GPU; on a CPU 1024, or 512 with a budget). ``progress`` is called with each result as it comes; ``progress_bar`` shows a
-    plain-text bar on stdout.
+    is the ceiling (default 4096 on a GPU; on a CPU 1024, or 512 with a budget). ``progress`` is
+    called with each result as it comes; ``progress_bar`` shows a plain-text bar on stdout.
     """
     deadline = time.perf_counter() + budget_s if budget_s else math.inf
     device = _device(device)
@@ -351,13 +359,17 @@ def run_sweep(
             params64=params64,
         )
         sweep = Sweep(environment=environment(device, threads))
+
+        def emit(result: Result) -> None:
+            sweep.append(result)
+            bar.update()
+            if progress is not None:
+                progress(result)
+
         done = 0
         for _, group in itertools.groupby(cases, key=lambda c: c.group):
             group = list(group)
-            for result in sweeper.run_group(group, cases[done:], bar):
-                sweep.append(result)
-                if progress is not None:
-                    progress(result)
+            sweeper.run_group(group, cases[done:], bar, emit)
             done += len(group)
     finally:
         bar.close()
