@@ -10,6 +10,7 @@ from mha_course import bench
 from mha_course.bench.case import Case
 from mha_course.bench.plan import (
     DeviceProfile,
+    group_s,
     measurement_s,
     plan,
     predict_call_s,
@@ -160,6 +161,30 @@ def test_the_plan_fits_its_budget_and_spends_the_rest_on_repetitions(seconds):
     for i in p.run:  # a chosen case's shorter lengths are chosen too
         shorter = [j for j, c in enumerate(cases) if c.series == cases[i].series]
         assert all(j in p.run for j in shorter if cases[j].length < cases[i].length)
+
+
+def test_the_baseline_comes_with_the_cheapest_case_of_its_length():
+    """Every ratio divides by torch MHA: a budget for two measurements measures SDPA and torch MHA
+    at the first length, not SDPA at two lengths."""
+    profile = DeviceProfile(
+        **{
+            **GPU.__dict__,
+            "call_overhead_s": {
+                ("SDPA", bench.FORWARD): 1e-4,
+                (bench.BASELINE, bench.FORWARD): 0.05,
+            },
+        }
+    )
+    cases = fake_cases(lengths=(256, 512), names=("SDPA", bench.BASELINE))
+    two = plan(cases, 1e6, profile, min_run_time=0.02, max_run_time=0.02).predicted_s
+    costs = [measurement_s(predict_call_s(c, profile), 0.02, profile) for c in cases]
+    assert costs[2] < costs[1]  # SDPA at 512 costs less than torch MHA at 256
+    budget = two - costs[2] - costs[3] - group_s(cases[2], profile, 0.02) + 1e-6
+    chosen = plan(cases, budget, profile, min_run_time=0.02, max_run_time=0.02).run
+    assert [(cases[i].implementation.name, cases[i].length) for i in sorted(chosen)] == [
+        ("SDPA", 256),
+        (bench.BASELINE, 256),
+    ]
 
 
 def test_nothing_fits_in_no_time():

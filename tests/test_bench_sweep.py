@@ -274,10 +274,14 @@ def test_a_bigger_budget_measures_more(budgeted_sweeps):
 
 def test_what_the_budget_cannot_afford_is_recorded_with_the_reason(budgeted_sweeps):
     sweep, _ = budgeted_sweeps[1.5]
-    assert len(sweep) == len(LENGTHS) * 4  # every case has a result
+    assert len(sweep) == len(LENGTHS) * 4  # every case has a result, in the cases' order
+    names = [impl.name for impl in BUDGETED["implementations"]]
+    assert [r.implementation for r in sweep] == names * len(LENGTHS)
+    assert [r.length for r in sweep] == [L for L in LENGTHS for _ in names]
     ok = [r for r in sweep if r.status == "ok"]
     skipped = [r for r in sweep if r.status != "ok"]
     assert ok and skipped and min(r.length for r in ok) == 32
+    assert {"torch MHA"} <= {r.implementation for r in ok if r.length == 32}
     assert all(r.status == "skipped" for r in skipped)
     assert all(r.message.startswith("too slow for the budget (") for r in skipped)
     assert all(r.median_s is None for r in skipped)

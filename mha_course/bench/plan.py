@@ -215,11 +215,23 @@ def plan(
     max_run_time: float,
 ) -> Plan:
     """Choose the cases that fit in ``seconds`` and the timed seconds each one gets (see the
-    module's docstring). Once a case does not fit, the longer lengths of its series are left out."""
+    module's docstring). Once a case does not fit, the longer lengths of its series are left out.
+    The baseline (``torch MHA``) is taken with the cheapest case of each length: every time
+    ratio needs it."""
     call_s = tuple(predict_call_s(c, profile, seen) for c in cases)
     cheapest = [measurement_s(s, min_run_time, profile) for s in call_s]
+    least = {}  # group -> its cheapest measurement
+    for case, cost in zip(cases, cheapest):
+        least[case.group] = min(least.get(case.group, math.inf), cost)
+
+    def priority(i: int) -> tuple[float, int]:  # the baseline comes with the cheapest of its length
+        case = cases[i]
+        return least[case.group] if case.implementation.name == BASELINE else cheapest[
+            i
+        ], case.length
+
     chosen, total, paid, blocked = set(), 0.0, set(), set()
-    for i in sorted(range(len(cases)), key=lambda i: (cheapest[i], cases[i].length)):
+    for i in sorted(range(len(cases)), key=priority):
         case = cases[i]
         if case.series in blocked:
             continue

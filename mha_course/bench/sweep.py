@@ -52,6 +52,7 @@ from .plan import (
 )
 from .records import (
     BACKWARD,
+    BASELINE,
     FORWARD,
     TOO_BIG,
     TOO_SLOW,
@@ -197,7 +198,8 @@ class _Sweeper:
         self.profile = dataclasses.replace(self.profile, cost_factor=factor)
 
     def run_group(self, group: Sequence[Case], remaining: Sequence[Case], bar, emit) -> None:
-        """Every case of one (dtype, mode, length), measured or with why it was not, to ``emit``."""
+        """Every case of one (dtype, mode, length), measured or with why it was not, to
+        ``emit(index in the group, result)``."""
         verdicts, run_time = self.verdicts(remaining)
         first, ceiling, inputs = group[0], None, None
         if any(i not in verdicts for i in range(len(group))):
@@ -215,7 +217,9 @@ class _Sweeper:
             self.params[first.dtype] = self.params64.to(dtype=first.dtype, device=self.device)
         timing = dict(threads=self.threads, min_run_time=run_time)
         timing["max_run_time"] = run_time if self.budgeted else self.max_run_time
-        for i, case in enumerate(group):
+        # the baseline first: if the budget runs out within this length, the ratios keep it
+        for i in sorted(range(len(group)), key=lambda i: group[i].implementation.name != BASELINE):
+            case = group[i]
             bar.set_description(f"{case.dtype_name} {case.mode} L={case.length}", False)
             bar.set_postfix_str(case.implementation.name)
             base = _base(case, self.device, ceiling)
@@ -241,7 +245,7 @@ class _Sweeper:
                 self.record(case, result, call_s)
                 if result.status == "ok":
                     self.record_cost(result.median_s, run_time, time.perf_counter() - start)
-            emit(result)
+            emit(i, result)
 
 
 def _base(case: Case, device: torch.device, ceiling: float | None) -> Result:
@@ -358,19 +362,21 @@ def run_sweep(
             matmul_n=matmul_n,
             params64=params64,
         )
-        sweep = Sweep(environment=environment(device, threads))
+        measured_in = environment(device, threads)
+        results: dict[int, Result] = {}  # by the case's index: the sweep keeps the cases' order
+        done = 0
 
-        def emit(result: Result) -> None:
-            sweep.append(result)
+        def emit(i: int, result: Result) -> None:
+            results[done + i] = result
             bar.update()
             if progress is not None:
                 progress(result)
 
-        done = 0
         for _, group in itertools.groupby(cases, key=lambda c: c.group):
             group = list(group)
             sweeper.run_group(group, cases[done:], bar, emit)
             done += len(group)
+        sweep = Sweep([results[i] for i in sorted(results)], measured_in)
     finally:
         bar.close()
         torch.set_num_threads(threads_before)
