@@ -88,6 +88,7 @@ def main() -> None:
                 min_run_time=min_run_time,
                 max_run_time=min_run_time,
                 warmup=1,
+                min_blocks=1,
                 clock="cpu" if args.cpu_time else "wall",
             )
             t_torch, t_ours = timings["torch"].median, timings["ours"].median

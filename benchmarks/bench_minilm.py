@@ -136,6 +136,7 @@ def main() -> None:
             min_run_time=min_run_time,
             max_run_time=min_run_time,
             warmup=1,
+            min_blocks=1,
         )
         t_theirs, t_ours = timings["theirs"].median, timings["ours"].median
         print(

@@ -12,11 +12,14 @@ The package, one job per module:
 * :mod:`.measure`: the one timer (:func:`time_call`, :func:`time_alternating`), peak memory, the
   matmul rate, the environment;
 * :mod:`.implementations`: what lesson 06 compares (:func:`standard_implementations`);
+* :mod:`.case`: one case (an implementation at a dtype, mode and length): its float64 reference,
+  the correctness gate, its measurement;
 * :mod:`.plan`: what the device supports, and the predictions that fit a sweep to its memory and
   time budget;
-* :mod:`.sweep`: :func:`run_sweep`, :func:`quick_sweep`, :func:`standard_sweep`;
-* :mod:`.report`: :func:`to_table`, :func:`summary`, :func:`skipped`, :func:`ratio`,
-  :func:`growth_exponent`, :func:`to_csv`/:func:`to_json`, :func:`load`;
+* :mod:`.sweep`: :func:`run_sweep` (``budget_s=`` to fit a time budget), :func:`quick_sweep`,
+  :func:`standard_sweep`;
+* :mod:`.report`: :func:`to_table`, :func:`summary`, :func:`skipped` (what was not measured,
+  and why), :func:`ratio`, :func:`growth_exponent`, :func:`to_csv`/:func:`to_json`, :func:`load`;
 * :mod:`.plot`: :func:`plot_sweep`, :func:`line_styles`;
 * :mod:`.cli`: ``python -m mha_course.bench`` (``--quick`` for a small sweep, ``--help``).
 """

@@ -169,8 +169,10 @@ def measure(
     """Gate, memory, time, for one implementation: the result (failures become a status, never an
     exception) and the seconds one call took (the median, or the gate's call), for the planner.
 
-    ``afford(call_s)`` is asked once the gate has timed one call: a reason (a string) skips the
-    rest, memory and timing, as "skipped". ``timing`` goes to :func:`.measure.time_call`."""
+    ``afford(call_s)`` is asked once the gate has timed one call; if it gives a reason not to go
+    on (a string), the memory pass times a second call and it is asked again (a first call may
+    include compiling): a reason then skips the timing, as "skipped". ``timing`` goes to
+    :func:`.measure.time_call`."""
     kernel = contextlib.nullcontext()
     if impl.kernel is not None:
         from torch.nn.attention import sdpa_kernel
@@ -190,12 +192,17 @@ def measure(
                 return dataclasses.replace(
                     base, status="wrong", max_error=error, message=message
                 ), call_s
-            if reason := afford(call_s):
-                return dataclasses.replace(
-                    base, status="skipped", max_error=error, message=reason
-                ), call_s
             call = _call(run, leaves, inputs, base.mode)
-            peak = peak_memory(call, device)
+            if afford(call_s):  # a second look: a first call may pay for compiling
+                start = time.perf_counter()
+                peak = peak_memory(call, device)
+                call_s = min(call_s, time.perf_counter() - start)
+                if reason := afford(call_s):
+                    return dataclasses.replace(
+                        base, status="skipped", max_error=error, message=reason
+                    ), call_s
+            else:
+                peak = peak_memory(call, device)
             # the gate and the memory pass were the warm-up calls
             median, iqr, runs = time_call(call, warmup=0, call_s=call_s, **timing)
     except ImportError as error:

@@ -135,8 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         device=args.device, threads=args.threads, **overrides
     )
     print(to_table(sweep))
-    print()
-    print(summary(sweep))
+    dtypes = list(dict.fromkeys(r.dtype for r in sweep))
+    for dtype in dtypes:  # one summary per dtype: its ratios compare like with like
+        print(f"\n{dtype}:" if len(dtypes) > 1 else "")
+        print(summary(sweep, dtype=dtype))
     if args.csv:
         to_csv(sweep, args.csv)
     if args.json:

@@ -73,16 +73,16 @@ def time_call(
     ``warmup`` calls first (lazy initialisation, caches, compilation). Then blocks of calls, each
     about a tenth of ``min_run_time`` long (at least a millisecond, so the clock's own overhead is
     negligible), until there are ``min_blocks`` of them, ``min_run_time`` seconds are spent, and
-    either the IQR is within 10% of the median (over at least 4 blocks) or ``max_run_time`` seconds
-    (default 10 × ``min_run_time``, at least 1 s) are spent (or twice that on the wall clock, when
-    timing CPU time). A call slower than ``max_run_time``
-    still gets ``min_blocks`` blocks, so that the IQR means something.
+    either the IQR is within 10% of the median (over at least 4 blocks) or ``max_run_time``
+    seconds (default 10 × ``min_run_time``, at least 1 s) are spent (or twice that on the wall
+    clock, when timing CPU time). A call slower than ``max_run_time`` still gets ``min_blocks``
+    blocks, so that the IQR means something; but no block starts after ``deadline`` (a
+    ``time.perf_counter()`` value), so that a budget is never overrun by more than one block.
 
     The block size comes from ``call_s``, the caller's estimate of one call (when not given, the
-    last warm-up call is timed for it, or one extra call without warm-up). No block starts after ``deadline`` (a ``time.perf_counter()``
-    value), even if that leaves fewer than ``min_blocks``: a budget is never overrun by more
-    than one block. ``threads`` (default: torch's current count) is set while timing;
-    ``clock`` is ``"wall"`` or ``"cpu"`` (see :data:`CLOCKS`; a GPU needs the wall clock).
+    last warm-up call is timed for it, or one extra call without warm-up). ``threads`` (default:
+    torch's current count) is set while timing; ``clock`` is ``"wall"`` or ``"cpu"`` (see
+    :data:`CLOCKS`; a GPU needs the wall clock, which torch synchronises with the GPU).
     """
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
@@ -90,35 +90,51 @@ def time_call(
     timer = benchmark.Timer(
         stmt="fn()",
         globals={"fn": fn},
-        num_threads=threads or torch.get_num_threads(),
         **({"timer": time.process_time} if clock == "cpu" else {}),
     )
-    for i in range(warmup):
-        if i == warmup - 1 and call_s is None:  # the last warm-up call, timed
-            call_s = timer.timeit(1).raw_times[0]
-        else:
-            fn()
-    if call_s is None:
-        call_s = timer.timeit(1).raw_times[0]
-    number = max(1, math.ceil(max(min_run_time / 10, 1e-3) / max(call_s, 1e-9)))
-    times: list[float] = []  # seconds per block of `number` calls
-    start = time.perf_counter()
-    while True:
-        block = timer.timeit(number)
-        times.append(block.raw_times[0])
-        spent, now = sum(times), time.perf_counter()
-        if deadline is not None and now > deadline:
-            break
-        if len(times) < min_blocks:
-            continue
-        if spent >= max_run_time or now - start >= 2 * max_run_time:  # (the CPU clock lags)
-            break
-        if spent >= min_run_time and len(times) >= 4:
-            median, iqr = _spread(times)
-            if iqr <= 0.1 * median:
+    with _threads(threads or torch.get_num_threads()):
+        for i in range(warmup):
+            if i == warmup - 1 and call_s is None:  # the last warm-up call, timed
+                call_s = _block(timer, 1)
+            else:
+                fn()
+        if call_s is None:
+            call_s = _block(timer, 1)
+        number = max(1, math.ceil(max(min_run_time / 10, 1e-3) / max(call_s, 1e-9)))
+        times: list[float] = []  # seconds per block of `number` calls
+        start = time.perf_counter()
+        while True:
+            times.append(_block(timer, number))
+            spent, now = sum(times), time.perf_counter()
+            if deadline is not None and now > deadline:
                 break
-    measurement = benchmark.Measurement(number, times, block.task_spec)
-    return Timing(measurement.median, measurement.iqr, len(times))
+            if len(times) < min_blocks:
+                continue
+            if spent >= max_run_time or now - start >= 2 * max_run_time:  # (the CPU clock lags)
+                break
+            if spent >= min_run_time and len(times) >= 4:
+                median, iqr = _spread(times)
+                if iqr <= 0.1 * median:
+                    break
+    median, iqr = _spread([t / number for t in times])
+    return Timing(median, iqr, len(times))
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _block(timer: benchmark.Timer, number: int) -> float:
+    """Seconds of ``number`` calls in a row, on the timer's clock. (The autorange methods of
+    torch's Timer time their blocks this way; its public ``timeit`` first makes two or more
+    untimed calls each time, which would triple the cost of a block of one slow call.)"""
+    return timer._timeit(number)
 
 
 def time_alternating(

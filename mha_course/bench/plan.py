@@ -16,15 +16,18 @@ sweep has measured so far, so that the logic can be checked without the device.
   fraction (:data:`EFFICIENCY`) of the measured matmul rate; once the implementation has been
   measured at a shorter length, that time, grown like the FLOPs (or like the measured growth
   between its last two lengths, if faster). A measurement costs a fixed overhead, two untimed
-  calls (the correctness gate, the memory pass) and its timed part. :func:`plan` takes the
-  cheapest measurements first until the budget is spent (so every implementation gets the short
-  lengths, and the fast ones the long lengths too), then spreads what is left over the chosen
-  measurements as timed seconds each, between ``min_run_time`` and ``max_run_time``.
+  calls (the correctness gate, the memory pass) and its timed part. :func:`plan` takes every
+  series' (implementation, dtype, mode) shortest length first, cheapest first, then every
+  series' next length, and so on, while the budget lasts; a series whose next length does not
+  fit ends there, and the others go on (so the fast implementations reach the longest lengths).
+  What is left is spread over the chosen measurements as timed seconds each, between
+  ``min_run_time`` and ``max_run_time``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import os
@@ -223,12 +226,17 @@ def plan(
     least = {}  # group -> its cheapest measurement
     for case, cost in zip(cases, cheapest):
         least[case.group] = min(least.get(case.group, math.inf), cost)
+    lengths = {}  # series -> its lengths, shortest first
+    for case in sorted(cases, key=lambda c: c.length):
+        lengths.setdefault(case.series, []).append(case.length)
 
-    def priority(i: int) -> tuple[float, int]:  # the baseline comes with the cheapest of its length
+    def priority(i: int) -> tuple[int, float, int]:
+        """Every series' next length first, cheapest first (the baseline with the cheapest of
+        its length: every ratio needs it); then every series' length after that, and so on."""
         case = cases[i]
-        return least[case.group] if case.implementation.name == BASELINE else cheapest[
-            i
-        ], case.length
+        rank = lengths[case.series].index(case.length)
+        baseline = case.implementation.name == BASELINE
+        return rank, least[case.group] if baseline else cheapest[i], case.length
 
     chosen, total, paid, blocked = set(), 0.0, set(), set()
     for i in sorted(range(len(cases)), key=priority):
@@ -341,35 +349,37 @@ def describe_device(
     before any timing, what their first calls cost; none after ``deadline``, a
     ``time.perf_counter()`` value). With no dtypes nothing is timed."""
     cuda = device.type == "cuda"
-    timing = dict(threads=threads, min_run_time=run_time, max_run_time=run_time)
-    rates = {}
-    if dtypes:
-        for dtype in (*dtypes, torch.float64):
-            n = matmul_n if dtype != torch.float64 else max(matmul_n // 2, 64)
-            rates[str(dtype).removeprefix("torch.")] = matmul_rate(
-                device, dtype, n=n, warmup=1, **timing
-            )
-    tiny = dict(threads=threads, min_run_time=run_time / 10, max_run_time=run_time / 10)
-    overheads = {}
-    for impl, mode in itertools.product(implementations, modes):
-        if time.perf_counter() < deadline:
-            seconds = _tiny_call_s(impl, device, dtypes[0], mode, embed_dim, heads, **tiny)
-            overheads.update({(impl.name, mode): seconds} if seconds else {})
-    probe = 0.0
-    if dtypes:
-        peak_memory(lambda: None, device)  # the profiler starts slower the first time
-        start = time.perf_counter()
-        peak_memory(lambda: None, device)
-        probe = time.perf_counter() - start
-    return DeviceProfile(
+    profile = DeviceProfile(
         type=device.type,
         capability=torch.cuda.get_device_capability(device) if cuda else None,
         native_bf16=native_bf16(device),
         flash_built=not cuda or _flash_built(),
         cudnn_built=not cuda or torch.backends.cudnn.is_available(),
         available_bytes=available_memory(device),
-        matmul_rate=rates,
         matmul_n=matmul_n,
+    )
+    if not dtypes:
+        return profile
+    timing = dict(threads=threads, min_run_time=run_time, max_run_time=run_time)
+    rates = {}
+    for dtype in (*dtypes, torch.float64):
+        n = matmul_n if dtype != torch.float64 else max(matmul_n // 2, 64)
+        name = str(dtype).removeprefix("torch.")
+        rates[name] = matmul_rate(device, dtype, n=n, warmup=1, **timing)
+    tiny = dict(threads=threads, min_run_time=run_time / 10, max_run_time=run_time / 10)
+    overheads = {}
+    for impl, mode in itertools.product(implementations, modes):
+        case = Case(impl, dtypes[0], mode, 8, 1, embed_dim, heads)
+        if time.perf_counter() < deadline and not unsupported_reason(case, profile):
+            seconds = _tiny_call_s(impl, device, dtypes[0], mode, embed_dim, heads, **tiny)
+            overheads.update({(impl.name, mode): seconds} if seconds else {})
+    peak_memory(lambda: None, device)  # the profiler starts slower the first time
+    start = time.perf_counter()
+    peak_memory(lambda: None, device)
+    probe = time.perf_counter() - start
+    return dataclasses.replace(
+        profile,
+        matmul_rate=rates,
         call_overhead_s=overheads,
         measurement_overhead_s=probe + MEASUREMENT_OVERHEAD_S,
     )

@@ -94,7 +94,8 @@ def growth_exponent(
 def summary(results: Sequence[Result], *, dtype: str | None = None, fit_lengths: int = 3) -> str:
     """The lesson's headline numbers, per mode: package MHA over torch MHA, SDPA over the loop
     (time ratios per length, same run), and a table of how peak memory grows at the long end: the
-    least-squares log-log slope over the ``fit_lengths`` longest lengths (2 is quadratic, 1 linear)."""
+    least-squares log-log slope over the ``fit_lengths`` longest lengths measured (2 is quadratic,
+    1 linear). Then, if anything was not measured, what and why (:func:`skipped_report`)."""
     lines = []
     modes = list(dict.fromkeys(r.mode for r in results))
     for mode in modes:

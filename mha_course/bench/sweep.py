@@ -301,9 +301,10 @@ def run_sweep(
 
     ``budget_s``: the seconds the whole sweep may take. The sweep then measures the device first
     (matmul rates, the overhead of a call), predicts what each case costs, runs the cases that fit
-    (cheapest first, so the long lengths go to the fast implementations) and gives each one
-    between ``min_run_time`` and ``max_run_time`` (default 0.02 and 0.5) timed seconds; what does
-    not fit is recorded as skipped, "too slow for the budget". ``None``: every case is run, each
+    (the short lengths of every implementation first; the long ones where they are fast enough)
+    and gives each one between ``min_run_time`` and ``max_run_time`` (default 0.02 and 0.5) timed
+    seconds; what does not fit is recorded as skipped, "too slow for the budget". It plans again
+    after each length with what it measured, and checks the clock before each measurement. ``None``: every case is run, each
     timed for ``min_run_time`` (default 0.2) to ``max_run_time`` seconds (see :func:`time_call`).
     Either way, cases predicted not to fit in free memory and kernels or dtypes the device lacks
     are recorded and not run.
