@@ -187,6 +187,21 @@ def test_the_baseline_comes_with_the_cheapest_case_of_its_length():
     ]
 
 
+def test_a_short_length_of_one_mode_comes_before_a_long_length_of_another():
+    """Part-way through the forward lengths, the backward ones still get their short lengths."""
+    lengths = (128, 256, 512, 1024, 2048)
+    forward = [case("SDPA", L=L) for L in lengths[3:]]
+    backward = [case("SDPA", L=L, mode=bench.BACKWARD) for L in lengths]
+    cases = forward + backward
+    costs = [measurement_s(predict_call_s(c, GPU), 0.02, GPU) for c in cases]
+    budget = sum(costs[2:4]) + sum(group_s(c, GPU, 0.02) for c in cases[2:4]) + 1e-9
+    chosen = plan(cases, budget, GPU, min_run_time=0.02, max_run_time=0.02).run
+    assert sorted((cases[i].mode, cases[i].length) for i in chosen) == [
+        (bench.BACKWARD, 128),
+        (bench.BACKWARD, 256),
+    ]
+
+
 def test_nothing_fits_in_no_time():
     assert not plan(fake_cases(), 0.0, GPU, min_run_time=0.02, max_run_time=0.5).run
 

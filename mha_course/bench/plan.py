@@ -16,9 +16,9 @@ sweep has measured so far, so that the logic can be checked without the device.
   fraction (:data:`EFFICIENCY`) of the measured matmul rate; once the implementation has been
   measured at a shorter length, that time, grown like the FLOPs (or like the measured growth
   between its last two lengths, if faster). A measurement costs a fixed overhead, two untimed
-  calls (the correctness gate, the memory pass) and its timed part. :func:`plan` takes every
-  series' (implementation, dtype, mode) shortest length first, cheapest first, then every
-  series' next length, and so on, while the budget lasts; a series whose next length does not
+  calls (the correctness gate, the memory pass) and its timed part. :func:`plan` takes the
+  shortest length of every series (implementation, dtype, mode) first, cheapest first, then the
+  next length of every series, and so on, while the budget lasts; a series whose next length does not
   fit ends there, and the others go on (so the fast implementations reach the longest lengths).
   What is left is spread over the chosen measurements as timed seconds each, between
   ``min_run_time`` and ``max_run_time``.
@@ -226,15 +226,13 @@ def plan(
     least = {}  # group -> its cheapest measurement
     for case, cost in zip(cases, cheapest):
         least[case.group] = min(least.get(case.group, math.inf), cost)
-    lengths = {}  # series -> its lengths, shortest first
-    for case in sorted(cases, key=lambda c: c.length):
-        lengths.setdefault(case.series, []).append(case.length)
+    lengths = sorted({case.length for case in cases})  # of every series: ranks compare across
 
     def priority(i: int) -> tuple[int, float, int]:
-        """Every series' next length first, cheapest first (the baseline with the cheapest of
-        its length: every ratio needs it); then every series' length after that, and so on."""
+        """The shortest length of every series first, cheapest first (the baseline with the
+        cheapest of its length: every ratio needs it); then the next length, and so on."""
         case = cases[i]
-        rank = lengths[case.series].index(case.length)
+        rank = lengths.index(case.length)
         baseline = case.implementation.name == BASELINE
         return rank, least[case.group] if baseline else cheapest[i], case.length
 
