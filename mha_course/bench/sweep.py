@@ -66,7 +66,7 @@ __all__ = ["run_sweep", "quick_sweep", "standard_sweep", "default_budget", "defa
 
 BUDGET_S = {"cpu": 25.0, "cuda": 100.0}
 """Default seconds for the standard sweep: about 25 s on a laptop CPU, under 2 minutes on a GPU."""
-QUICK_BUDGET_S = {"cpu": 4.0, "cuda": 12.0}
+QUICK_BUDGET_S = {"cpu": 4.0, "cuda": 10.0}
 BUDGETED_RUN_TIME = (0.02, 0.5)
 """With a budget: the least and most timed seconds per measurement (``min_run_time`` and
 ``max_run_time`` by default); the budget left after choosing the cases decides where in between."""
