@@ -8,15 +8,8 @@ import torch
 
 from mha_course import bench
 from mha_course.bench.case import Case
-from mha_course.bench.plan import (
-    DeviceProfile,
-    group_s,
-    measurement_s,
-    plan,
-    predict_call_s,
-    predict_peak_bytes,
-    unsupported_reason,
-)
+from mha_course.bench.device_profile import DeviceProfile, unsupported_reason
+from mha_course.bench.plan import group_s, measurement_s, plan, predict_call_s, predict_peak_bytes
 
 IMPLS = {impl.name: impl for impl in bench.standard_implementations()}
 GiB = 2**30

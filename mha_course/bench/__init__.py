@@ -14,8 +14,9 @@ The package, one job per module:
 * :mod:`.implementations`: what lesson 06 compares (:func:`standard_implementations`);
 * :mod:`.case`: one case (an implementation at a dtype, mode and length): its float64 reference,
   the correctness gate, its measurement;
-* :mod:`.plan`: what the device supports, and the predictions that fit a sweep to its memory and
-  time budget;
+* :mod:`.device_profile`: the device: what it supports, its memory, its measured rates
+  (:func:`describe_device`);
+* :mod:`.plan`: the predictions that fit a sweep to the device's memory and a time budget;
 * :mod:`.sweep`: :func:`run_sweep` (``budget_s=`` to fit a time budget), :func:`quick_sweep`,
   :func:`standard_sweep`;
 * :mod:`.report`: :func:`to_table`, :func:`summary`, :func:`skipped` (what was not measured,
@@ -25,6 +26,7 @@ The package, one job per module:
 """
 
 from .cli import main
+from .device_profile import DeviceProfile, describe_device
 from .implementations import Implementation, standard_implementations
 from .measure import (
     Timing,
@@ -35,7 +37,6 @@ from .measure import (
     time_alternating,
     time_call,
 )
-from .plan import DeviceProfile, describe_device
 from .plot import line_styles, plot_sweep
 from .records import (
     BACKWARD,

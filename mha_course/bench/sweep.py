@@ -37,19 +37,16 @@ from tqdm import tqdm
 from .._validate import require_divisible
 from ..variants import MHAParams
 from .case import Case, make_inputs, measure
-from .implementations import Implementation, standard_implementations
-from .measure import environment, matmul_rate
-from .plan import (
+from .device_profile import (
     DeviceProfile,
     available_memory,
     describe_device,
-    measurement_s,
     native_bf16,
-    plan,
-    predict_call_s,
-    predict_peak_bytes,
     unsupported_reason,
 )
+from .implementations import Implementation, standard_implementations
+from .measure import environment, matmul_rate
+from .plan import measurement_s, plan, predict_call_s, predict_peak_bytes
 from .records import (
     BACKWARD,
     BASELINE,
