@@ -141,9 +141,6 @@ def main() -> None:
             rounds=rounds,
             threads=args.threads,
             min_run_time=min_run_time,
-            max_run_time=min_run_time,
-            warmup=1,
-            min_blocks=1,
             clock="cpu" if args.cpu_time else "wall",
         )
         t_theirs, t_ours = timings["theirs"].median, timings["ours"].median

@@ -138,16 +138,23 @@ def _block(timer: benchmark.Timer, number: int) -> float:
 
 
 def time_alternating(
-    calls: Mapping[str, Callable], *, rounds: int = 5, **timing
+    calls: Mapping[str, Callable],
+    *,
+    rounds: int = 5,
+    min_run_time: float = 0.5,
+    threads: int | None = None,
+    clock: str = "wall",
 ) -> dict[str, Timing]:
-    """Time several calls in alternating rounds (a, b, a, b, ...), each round with :func:`time_call`
-    (``timing`` are its arguments), so that a machine that slows down mid-run slows them all alike.
-    Each gets the median over rounds of its per-round medians, the IQR of those, and ``runs=rounds``.
-    """
+    """Time several calls in alternating rounds (a, b, a, b, ...), so that a machine that slows
+    down mid-run slows them all alike. In each round each call gets one warm-up call, then
+    ``min_run_time`` seconds of timed blocks (:func:`time_call`; at least one block). Each call's
+    :class:`Timing` is the median over rounds of its per-round medians, the IQR of those, and
+    ``runs=rounds``."""
     medians: dict[str, list[float]] = {name: [] for name in calls}
+    timing = dict(min_run_time=min_run_time, max_run_time=min_run_time, warmup=1, min_blocks=1)
     for _ in range(rounds):
         for name, fn in calls.items():
-            medians[name].append(time_call(fn, **timing).median)
+            medians[name].append(time_call(fn, threads=threads, clock=clock, **timing).median)
     return {name: Timing(*_spread(m), rounds) for name, m in medians.items()}
 
 
