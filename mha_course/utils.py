@@ -1,14 +1,28 @@
-"""Device and seeding helpers used by every notebook."""
+"""Device, seeding and environment helpers used by every notebook.
+
+:func:`machine` gathers, in one place, the facts a reader needs to compare numbers with theirs
+(Python, torch, CUDA, the device and its name): lesson 00's :func:`environment_report` prints them,
+and every benchmark of :mod:`mha_course.bench` records them next to its results.
+"""
 
 from __future__ import annotations
 
 import os
+import platform
 import random
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-__all__ = ["get_device", "seed_everything", "device_report", "environment_report"]
+__all__ = [
+    "get_device",
+    "seed_everything",
+    "Machine",
+    "machine",
+    "device_report",
+    "environment_report",
+]
 
 
 def get_device(prefer: str | None = None) -> torch.device:
@@ -35,26 +49,76 @@ def seed_everything(seed: int = 0) -> int:
     return seed
 
 
-def device_report(device: torch.device | None = None) -> str:
-    """One line: which device, and for a GPU its name and memory."""
-    device = device or get_device()
+@dataclass(frozen=True)
+class Machine:
+    """Where the code runs: the software, the device, and what the device is."""
+
+    python_version: str  # "3.11.7"
+    system: str  # "Linux"
+    arch: str  # "x86_64"
+    platform: str  # platform.platform(): the OS release too
+    torch_version: str
+    cuda_version: str  # "" for a CPU build of torch
+    device: str  # "cpu", "cuda" or "mps"
+    device_name: str  # the GPU's name, or the CPU's model
+    device_memory: int | None  # bytes: a CUDA GPU's total memory
+    threads: int  # torch's CPU threads right now
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine(device: torch.device | str | None = None) -> Machine:
+    """The facts about this machine and ``device`` (default: :func:`get_device`)."""
+    device = torch.device(device) if device is not None else get_device()
+    name, memory = _cpu_name(), None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        return f"cuda: {props.name}, {props.total_memory / 2**30:.1f} GiB"
-    if device.type == "mps":
-        return "mps: Apple GPU (Metal)"
-    return f"cpu: {torch.get_num_threads()} threads (no GPU found)"
+        name, memory = props.name, props.total_memory
+    elif device.type == "mps":
+        name = "Apple GPU (Metal)"
+    return Machine(
+        python_version=platform.python_version(),
+        system=platform.system(),
+        arch=platform.machine(),
+        platform=platform.platform(),
+        torch_version=torch.__version__,
+        cuda_version=torch.version.cuda or "",
+        device=device.type,
+        device_name=name,
+        device_memory=memory,
+        threads=torch.get_num_threads(),
+    )
+
+
+def _device_line(m: Machine) -> str:
+    if m.device == "cuda":
+        return f"cuda: {m.device_name}, {m.device_memory / 2**30:.1f} GiB"
+    if m.device == "mps":
+        return f"mps: {m.device_name}"
+    return f"cpu: {m.threads} threads (no GPU found)"
+
+
+def device_report(device: torch.device | None = None) -> str:
+    """One line: which device, and for a GPU its name and memory."""
+    return _device_line(machine(device))
 
 
 def environment_report() -> str:
     """Python, torch and the device, one per line: what to paste when asking for help."""
-    import platform
-
-    device = get_device()
+    m = machine()
+    build = f", CUDA {m.cuda_version}" if m.cuda_version else ", CPU build"
     lines = [
-        f"Python   {platform.python_version()} ({platform.system()} {platform.machine()})",
-        f"torch    {torch.__version__}"
-        + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ", CPU build"),
-        f"device   {device_report(device)}",
+        f"Python   {m.python_version} ({m.system} {m.arch})",
+        f"torch    {m.torch_version}{build}",
+        f"device   {_device_line(m)}",
     ]
     return "\n".join(lines)

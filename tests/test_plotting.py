@@ -1,4 +1,4 @@
-"""Plot helpers draw labelled heatmaps; device and seeding helpers."""
+"""Plot helpers draw labelled heatmaps."""
 
 import matplotlib
 
@@ -7,7 +7,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from mha_course import get_device, seed_everything  # noqa: E402
 from mha_course.plotting import plot_attention, plot_attention_grid  # noqa: E402
 
 
@@ -46,23 +45,6 @@ def test_grid_has_one_panel_per_head(shape, panels):
     )  # one shared colorbar
     assert all(im.get_clim() == (0.0, 1.0) for ax in heatmaps for im in ax.get_images())
     plt.close("all")
-
-
-def test_device_prefers_what_it_is_told(monkeypatch):
-    monkeypatch.setenv("MHA_COURSE_DEVICE", "cpu")
-    assert get_device() == torch.device("cpu")
-    monkeypatch.delenv("MHA_COURSE_DEVICE")
-    expected = "cuda" if torch.cuda.is_available() else "cpu"
-    if not torch.cuda.is_available() and torch.backends.mps.is_available():
-        expected = "mps"
-    assert get_device().type == expected
-
-
-def test_seed_everything_repeats_the_same_numbers():
-    seed_everything(3)
-    a = torch.randn(4)
-    seed_everything(3)
-    assert torch.equal(a, torch.randn(4))
 
 
 def test_grid_hatches_masked_cells_on_every_panel():
