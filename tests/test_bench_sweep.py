@@ -309,7 +309,7 @@ def test_a_call_far_slower_than_predicted_is_caught_after_one_call():
     assert sweep[0].status == "ok"
     assert sweep[1].status == "skipped" and sweep[1].max_error is not None, sweep[1].message
     assert sweep[1].message.startswith("too slow for the budget (measured 60")
-    assert elapsed < 2.0 + 1.0
+    assert elapsed < 2.0 + 2.0  # timing it (several 0.6 s calls) would take far longer
 
 
 def test_a_slow_first_call_alone_does_not_make_a_case_too_slow():
