@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import checks, reference
-from .checks._core import CellDidNotRun, ExerciseFailure, NotDoneYet, error_line
+from .checks._failure import CellDidNotRun, ExerciseFailure, NotDoneYet, error_line
 
 __all__ = [
     "Exercise",

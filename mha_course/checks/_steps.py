@@ -15,15 +15,8 @@ import torch
 from torch import nn
 
 from .._validate import shape_str
-from ._core import (
-    ExerciseFailure,
-    Mistake,
-    _close,
-    call_candidate,
-    compare,
-    diagnose,
-    require_shape,
-)
+from ._core import Mistake, _close, call_candidate, compare, diagnose, require_shape
+from ._failure import ExerciseFailure
 
 __all__ = [
     "check_cases",

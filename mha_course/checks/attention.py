@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from .. import attention, reference
 from .._validate import shape_str
 from ._core import (
-    ExerciseFailure,
     Mistake,
     _close,
     call_candidate,
@@ -20,6 +19,7 @@ from ._core import (
     diagnose,
     require_shape,
 )
+from ._failure import ExerciseFailure
 
 __all__ = [
     "check_softmax",

@@ -16,16 +16,8 @@ from torch import nn
 from .. import encoder
 from .._validate import shape_str
 from ..attention import scaled_dot_product_attention
-from ._core import (
-    ExerciseFailure,
-    Mistake,
-    _close,
-    call_candidate,
-    checker,
-    compare,
-    diagnose,
-    require_shape,
-)
+from ._core import Mistake, _close, call_candidate, checker, compare, diagnose, require_shape
+from ._failure import ExerciseFailure
 
 __all__ = ["check_encoder_layer"]
 

@@ -8,15 +8,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .. import reference
-from ._core import (
-    ExerciseFailure,
-    Mistake,
-    call_candidate,
-    checker,
-    compare,
-    diagnose,
-    require_shape,
-)
+from ._core import Mistake, call_candidate, checker, compare, diagnose, require_shape
+from ._failure import ExerciseFailure
 from .attention import ATTENTION_ROUTINES
 
 __all__ = ["check_attention_in_blocks"]

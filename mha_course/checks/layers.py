@@ -9,16 +9,8 @@ from torch import nn
 
 from .. import layernorm
 from .._validate import shape_str
-from ._core import (
-    ExerciseFailure,
-    Mistake,
-    _close,
-    call_candidate,
-    checker,
-    compare,
-    diagnose,
-    require_shape,
-)
+from ._core import Mistake, _close, call_candidate, checker, compare, diagnose, require_shape
+from ._failure import ExerciseFailure
 from .positional import check_positional_encoding
 
 __all__ = ["check_layer_norm", "check_positional_encoding"]

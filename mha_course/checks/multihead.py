@@ -15,15 +15,8 @@ from torch import nn
 
 from .. import multihead, reference
 from .._validate import shape_str
-from ._core import (
-    ExerciseFailure,
-    _close,
-    call_candidate,
-    call_with_mask,
-    checker,
-    compare,
-    diagnose,
-)
+from ._core import _close, call_candidate, call_with_mask, checker, compare, diagnose
+from ._failure import ExerciseFailure
 from ._multihead_mistakes import Weights, mistakes
 from .attention import keys_summed_hint
 

@@ -7,16 +7,8 @@ import math
 import torch
 
 from .. import positional, reference
-from ._core import (
-    ExerciseFailure,
-    Mistake,
-    _close,
-    call_candidate,
-    checker,
-    compare,
-    diagnose,
-    require_shape,
-)
+from ._core import Mistake, _close, call_candidate, checker, compare, diagnose, require_shape
+from ._failure import ExerciseFailure
 
 __all__ = ["check_positional_encoding"]
 
