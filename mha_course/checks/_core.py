@@ -303,10 +303,17 @@ def compare(
     *,
     atol: float = 1e-5,
     rtol: float = 1e-4,
+    mistakes: Sequence[Mistake] = (),
+    args: Sequence = (),
+    pick: Callable = lambda result: result,
     cause: str | None = None,
     fallback_cause: str = "",
 ) -> None:
-    """Fail unless ``got`` equals ``expected`` to the tolerance; show where they differ."""
+    """Fail unless ``got`` equals ``expected`` to the tolerance; show where they differ.
+
+    The likely cause is the first there is of: the classic mistake that gives what the candidate
+    gave (:func:`diagnose` of ``mistakes`` run on ``args``, ``pick`` taking the compared tensor
+    from their result; they run only for a wrong answer), ``cause``, ``fallback_cause``."""
     __tracebackhide__ = True  # noqa: F841
     if _close(got, expected, atol, rtol):
         return
@@ -322,7 +329,7 @@ def compare(
             row = index[:-1]
             message.append(f"  expected {_row(e, row)}")
             message.append(f"  got      {_row(g, row)}")
-    reason = cause or fallback_cause
+    reason = diagnose(mistakes, got, pick, *args) or cause or fallback_cause
     if reason:
         message.append(f"Likely cause: {reason}")
     raise ExerciseFailure("\n".join(message))

@@ -16,7 +16,7 @@ from torch import nn
 from .. import encoder
 from .._validate import shape_str
 from ..attention import scaled_dot_product_attention
-from ._core import Mistake, _close, call_candidate, checker, compare, diagnose, require_shape
+from ._core import Mistake, call_candidate, checker, compare, require_shape
 from ._failure import ExerciseFailure
 
 __all__ = ["check_encoder_layer"]
@@ -371,19 +371,19 @@ def _run_cases(candidate) -> int:
         )
         if dropout > 0:
             _require_no_dropout_in_eval(layer, case, x, got)
-        if not _close(got, expected, atol=1e-4, rtol=1e-3):  # only a wrong answer needs a diagnosis
-            cause = diagnose(_mistakes(reference_layer, mask), got, lambda r: r, x.double())
-            compare(
-                case,
-                "outputs",
-                got,
-                expected,
-                atol=1e-4,
-                rtol=1e-3,
-                cause=cause or _nan_hint(got, mask),
-                fallback_cause="compare your forward with the steps: z = norm1(x + self_attn(x, x, x, "
-                "attn_mask)[0]); out = norm2(z + linear2(relu(linear1(z)))).",
-            )
+        compare(
+            case,
+            "outputs",
+            got,
+            expected,
+            atol=1e-4,
+            rtol=1e-3,
+            mistakes=_mistakes(reference_layer, mask),
+            args=(x.double(),),
+            cause=_nan_hint(got, mask),
+            fallback_cause="compare your forward with the steps: z = norm1(x + self_attn(x, x, x, "
+            "attn_mask)[0]); out = norm2(z + linear2(relu(linear1(z)))).",
+        )
         n += 1
     return n
 
