@@ -19,6 +19,7 @@ from ._core import (
     require_shape,
 )
 from ._failure import ExerciseFailure
+from ._steps import seeded_randn
 
 __all__ = [
     "check_softmax",
@@ -220,10 +221,7 @@ def _mistake_no_softmax(q, k, v, m):
 
 
 def _sdpa_cases():
-    g = torch.Generator().manual_seed(1)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g)
+    randn = seeded_randn(1)
 
     yield (
         "one sentence: query (4, 8), key (6, 8), value (6, 5)",

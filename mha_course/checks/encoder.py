@@ -18,6 +18,7 @@ from .._validate import shape_str
 from ..attention import scaled_dot_product_attention
 from ._core import Mistake, call_candidate, checker, compare, require_shape
 from ._failure import ExerciseFailure
+from ._steps import seeded_randn
 
 __all__ = ["check_encoder_layer"]
 
@@ -286,10 +287,7 @@ def _torch_masks(mask: torch.Tensor | None, B: int, L: int):
 
 
 def _cases():
-    g = torch.Generator().manual_seed(5)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g)
+    randn = seeded_randn(5)
 
     causal = torch.ones(6, 6, dtype=torch.bool).tril()
     padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2]).view(2, 1, 1, 6)

@@ -10,6 +10,7 @@ from torch.overrides import TorchFunctionMode
 from .. import reference
 from ._core import Mistake, call_candidate, checker, compare, require_shape
 from ._failure import ExerciseFailure
+from ._steps import seeded_randn
 from .attention import ATTENTION_ROUTINES
 
 __all__ = ["check_attention_in_blocks"]
@@ -149,10 +150,7 @@ _MISTAKES = [
 
 
 def _cases():
-    g = torch.Generator().manual_seed(6)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float64)
+    randn = seeded_randn(6, dtype=torch.float64)
 
     yield (
         "one head: q (5, 8), k (12, 8), v (12, 6), block_size 4",

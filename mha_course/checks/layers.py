@@ -11,6 +11,7 @@ from .. import layernorm
 from .._validate import shape_str
 from ._core import Mistake, call_candidate, checker, compare, require_shape
 from ._failure import ExerciseFailure
+from ._steps import seeded_randn
 from .positional import check_positional_encoding
 
 __all__ = ["check_layer_norm", "check_positional_encoding"]
@@ -169,10 +170,7 @@ def _ln_parameters(module, case: str, size: int) -> None:
 
 
 def _ln_cases():
-    g = torch.Generator().manual_seed(3)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g)
+    randn = seeded_randn(3)
 
     # inputs with a non-zero mean and a variance far from 1, so every step shows; a large eps
     # first, so that where eps goes (and which variance is used) shows from the first case on

@@ -18,6 +18,7 @@ from .._validate import shape_str
 from ._core import _close, call_candidate, checker, compare
 from ._failure import ExerciseFailure
 from ._multihead_mistakes import Weights, mistakes
+from ._steps import seeded_randn
 from .attention import call_attention, keys_summed_hint
 
 __all__ = ["check_multi_head_attention"]
@@ -113,10 +114,7 @@ def _load(module: nn.Module, reference: nn.MultiheadAttention, case: str) -> Non
 
 def _cases():
     """(case, E, H, query, key, value, mask); the mask is True where a query may attend."""
-    g = torch.Generator().manual_seed(2)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g)
+    randn = seeded_randn(2)
 
     x = randn(2, 5, 24)
     yield "self-attention, no mask: x (2, 5, 24), 4 heads of size 6", 24, 4, x, x, x, None
