@@ -22,13 +22,12 @@ per-head weights, and EncoderLayer at (8, 512, 512, 8) for inference and a train
 
 from __future__ import annotations
 
-import argparse
 import functools
 
 import torch
 
 from mha_course import EncoderLayer, MultiHeadAttention
-from mha_course.bench import time_alternating
+from mha_course.bench.scripts import Comparison, script_parser
 
 
 def inference(m, x, pad):
@@ -71,10 +70,11 @@ GPU_CASES = {
 }
 # (B, L, E, H) and the cases timed at that size
 CPU_SIZES = [((8, 128, 512, 8), CPU_CASES), ((8, 512, 512, 8), CPU_CASES)]
+GPU_MHA_CASES = {name: case for name, case in GPU_CASES.items() if case[0] == "mha"}
 GPU_SIZES = [
-    ((32, 128, 256, 8), {k: v for k, v in GPU_CASES.items() if v[0] == "mha"}),
+    ((32, 128, 256, 8), GPU_MHA_CASES),
     ((8, 512, 512, 8), GPU_CASES),
-    ((4, 2048, 1024, 16), {k: v for k, v in GPU_CASES.items() if v[0] == "mha"}),
+    ((4, 2048, 1024, 16), GPU_MHA_CASES),
 ]
 QUICK_SIZES = [((2, 16, 64, 4), CPU_CASES)]
 
@@ -106,19 +106,7 @@ def check_same_output(kind, theirs, ours, x, pad) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--threads", type=int, default=torch.get_num_threads(), help="torch threads"
-    )
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per case")
-    parser.add_argument("--quick", action="store_true", help="small sizes, 1 round: a smoke run")
-    parser.add_argument(
-        "--cpu-time",
-        action="store_true",
-        help="time the process's CPU time (with --threads 1: robust to other programs)",
-    )
+    parser = script_parser(__doc__, quick_help="small sizes, 1 round: a smoke run")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="float32", help="float32, float16 or bfloat16")
     parser.add_argument("--matrix", choices=("cpu", "gpu"), default="cpu", help="which sizes")
@@ -127,14 +115,10 @@ def main() -> None:
     if device.type == "cuda":  # float32 means float32: no TensorFloat-32 matmuls
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     sizes = QUICK_SIZES if args.quick else (GPU_SIZES if args.matrix == "gpu" else CPU_SIZES)
-    rounds, min_run_time = (1, 0.05) if args.quick else (args.rounds, 0.5)
+    comparison = Comparison.from_args(args, min_run_time=0.5)
 
-    clock = "CPU time" if args.cpu_time else "wall time"
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(
-        f"torch {torch.__version__}, {args.threads} thread(s), {args.dtype}, {where}, {clock}; "
-        f"median of {rounds} alternating round(s)\n"
-    )
+    print(comparison.describe(args.dtype, where))
     print(
         f"{'case':54} {'B':>3} {'L':>5} {'E':>5} {'H':>3} {'torch ms':>9} {'ours ms':>9} {'ratio':>6}"
     )
@@ -150,17 +134,10 @@ def main() -> None:
                 check_same_output(kind, *built[kind], x, padding)
             theirs, ours = built[kind]
             pad = padding if padded else None
-            timings = time_alternating(
-                {
-                    name: functools.partial(call, m.train(train), x, pad)
-                    for name, m in (("torch", theirs), ("ours", ours))
-                },
-                rounds=rounds,
-                threads=args.threads,
-                min_run_time=min_run_time,
-                clock="cpu" if args.cpu_time else "wall",
+            t_torch, t_ours = comparison.medians(
+                functools.partial(call, theirs.train(train), x, pad),
+                functools.partial(call, ours.train(train), x, pad),
             )
-            t_torch, t_ours = timings["torch"].median, timings["ours"].median
             print(
                 f"{case:54} {B:>3} {L:>5} {E:>5} {H:>3} {t_torch * 1e3:>9.3f} {t_ours * 1e3:>9.3f} "
                 f"{t_ours / t_torch:>6.3f}"

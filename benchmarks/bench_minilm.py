@@ -19,7 +19,6 @@ attention weights (ours against BertModel's "eager" attention, the one that can 
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 
@@ -27,7 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
 
 import torch
 
-from mha_course.bench import time_alternating
+from mha_course.bench.scripts import Comparison, script_parser
 from mha_course.pretrained import load_minilm, model_directory
 
 SUBJECTS = [
@@ -73,25 +72,11 @@ def forward(model, batch, **kwargs):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--threads", type=int, default=torch.get_num_threads(), help="torch threads"
-    )
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per case")
+    parser = script_parser(__doc__, quick_help="8 sentences, 1 short round: a smoke run")
     parser.add_argument("--batch", type=int, default=64, help="number of sentences")
-    parser.add_argument(
-        "--quick", action="store_true", help="8 sentences, 1 short round: a smoke run"
-    )
-    parser.add_argument(
-        "--cpu-time",
-        action="store_true",
-        help="time the process's CPU time (with --threads 1: robust to other programs)",
-    )
     args = parser.parse_args()
     n = 8 if args.quick else args.batch
-    rounds, min_run_time = (1, 0.05) if args.quick else (args.rounds, 1.0)
+    comparison = Comparison.from_args(args, min_run_time=1.0)
     torch.set_num_threads(args.threads)
 
     from transformers import BertModel
@@ -126,24 +111,14 @@ def main() -> None:
             "BertModel(eager)",
         ),
     }
-    print(
-        f"torch {torch.__version__}, {args.threads} thread(s), float32, CPU, "
-        f"{'CPU time' if args.cpu_time else 'wall time'}; batch B={B} sentences padded "
-        f"to L={L} ({real} real tokens); median of {rounds} alternating round(s)\n"
-    )
+    inputs = f"batch B={B} sentences padded to L={L} ({real} real tokens); "
+    print(comparison.describe("float32", "CPU", inputs))
     print(f"{'case':40} {'reference':>22} {'ref ms':>9} {'ours ms':>9} {'ratio':>6}")
     for case, (kwargs, theirs, label) in cases.items():
-        timings = time_alternating(
-            {
-                name: functools.partial(forward, model, batch, **kwargs)
-                for name, model in (("theirs", theirs), ("ours", ours))
-            },
-            rounds=rounds,
-            threads=args.threads,
-            min_run_time=min_run_time,
-            clock="cpu" if args.cpu_time else "wall",
+        t_theirs, t_ours = comparison.medians(
+            functools.partial(forward, theirs, batch, **kwargs),
+            functools.partial(forward, ours, batch, **kwargs),
         )
-        t_theirs, t_ours = timings["theirs"].median, timings["ours"].median
         print(
             f"{case:40} {label:>22} {t_theirs * 1e3:>9.2f} {t_ours * 1e3:>9.2f} {t_ours / t_theirs:>6.3f}"
         )

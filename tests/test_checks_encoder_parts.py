@@ -73,11 +73,10 @@ def test_feed_forward_names_each_mistake(forward, phrase):
 
 
 def test_feed_forward_wrong_sizes_and_missing_parts():
-    class Swapped(nn.Module):
+    class Swapped(reference.FeedForward):
         def __init__(self, d_model, d_ff):
-            super().__init__()
-            self.linear1 = nn.Linear(d_ff, d_model)
-            self.linear2 = nn.Linear(d_model, d_ff)
+            super().__init__(d_model, d_ff)
+            self.linear1, self.linear2 = nn.Linear(d_ff, d_model), nn.Linear(d_model, d_ff)
 
     fails_with(
         check_feed_forward,

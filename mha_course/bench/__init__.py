@@ -25,83 +25,24 @@ The package, one job per module:
 * :mod:`.cli`: ``python -m mha_course.bench`` (``--quick`` for a small sweep, ``--help``).
 """
 
+from . import device_profile, implementations, measure, plot, records, report, sweep
 from .cli import main
-from .device_profile import DeviceProfile, describe_device
-from .implementations import Implementation, standard_implementations
-from .measure import (
-    Timing,
-    environment,
-    matmul_rate,
-    memory_method,
-    peak_memory,
-    time_alternating,
-    time_call,
-)
-from .plot import line_styles, plot_sweep
-from .records import (
-    BACKWARD,
-    BASELINE,
-    FORWARD,
-    NOISY,
-    TOLERANCE,
-    TOO_BIG,
-    TOO_SLOW,
-    Environment,
-    Result,
-    Sweep,
-    mha_flops,
-)
-from .report import (
-    growth_exponent,
-    load,
-    ratio,
-    skipped,
-    skipped_report,
-    summary,
-    to_csv,
-    to_json,
-    to_table,
-)
-from .sweep import default_budget, default_dtypes, quick_sweep, run_sweep, standard_sweep
+from .device_profile import *  # noqa: F403  (a module's __all__ lists what it exports)
+from .implementations import *  # noqa: F403
+from .measure import *  # noqa: F403
+from .plot import *  # noqa: F403
+from .records import *  # noqa: F403
+from .report import *  # noqa: F403
+from .sweep import *  # noqa: F403
 
+# Every public name of the modules above (the case and the plan are the sweep's own parts).
 __all__ = [
-    "FORWARD",
-    "BACKWARD",
-    "BASELINE",
-    "TOLERANCE",
-    "NOISY",
-    "TOO_SLOW",
-    "TOO_BIG",
-    "Environment",
-    "Result",
-    "Sweep",
-    "Implementation",
-    "standard_implementations",
-    "DeviceProfile",
-    "describe_device",
-    "run_sweep",
-    "quick_sweep",
-    "standard_sweep",
-    "default_budget",
-    "default_dtypes",
-    "Timing",
-    "time_call",
-    "time_alternating",
-    "peak_memory",
-    "memory_method",
-    "matmul_rate",
-    "mha_flops",
-    "environment",
-    "to_table",
-    "to_csv",
-    "to_json",
-    "load",
-    "plot_sweep",
-    "line_styles",
-    "ratio",
-    "growth_exponent",
-    "summary",
-    "skipped",
-    "skipped_report",
+    *records.__all__,
+    *implementations.__all__,
+    *device_profile.__all__,
+    *sweep.__all__,
+    *measure.__all__,
+    *report.__all__,
+    *plot.__all__,
     "main",
 ]

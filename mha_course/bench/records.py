@@ -9,6 +9,20 @@ from dataclasses import dataclass
 
 import torch
 
+__all__ = [
+    "FORWARD",
+    "BACKWARD",
+    "BASELINE",
+    "TOLERANCE",
+    "NOISY",
+    "TOO_SLOW",
+    "TOO_BIG",
+    "Environment",
+    "Result",
+    "Sweep",
+    "mha_flops",
+]
+
 FORWARD, BACKWARD = "forward", "forward+backward"
 BASELINE = "torch MHA"  # the "× torch" column divides by this implementation's time
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 5e-2}

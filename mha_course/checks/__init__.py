@@ -3,7 +3,7 @@ protocol every checker keeps; :mod:`mha_course.exercises` is the registry that n
 
 from __future__ import annotations
 
-from ._core import ExerciseFailure, NotDoneYet
+from ._failure import ExerciseFailure, NotDoneYet
 from .attention import check_scaled_dot_product_attention, check_softmax
 from .costs import check_attention_flops, check_scores_memory
 from .encoder import check_encoder_layer

@@ -14,12 +14,13 @@ wraps it with the protocol above, after three looks at the answer itself: did it
 run, does it call the library routine it is meant to replace, does it use a variable of the
 notebook. Likely causes come from *diagnosis*: the checker also runs the classic wrong versions
 of the exercise on the same inputs and names the one the candidate matches.
+
+The failures themselves are in :mod:`mha_course.checks._failure` (importable from here too).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,14 +28,8 @@ import torch
 
 from .._validate import shape_str
 from ..work import last_run
-from ._inspect import (
-    frame_lines,
-    learner_frames,
-    library_call,
-    notebook_variable,
-    source_line,
-    where,
-)
+from ._failure import CellDidNotRun, ExerciseFailure, NotDoneYet, _error_text, error_line
+from ._inspect import frame_lines, library_call, notebook_variable
 
 __all__ = [
     "ExerciseFailure",
@@ -51,102 +46,6 @@ __all__ = [
     "compare",
     "diagnose",
 ]
-
-MAX_LINES = 15  # what a failing check may show in a notebook, all told
-
-
-class ExerciseFailure(AssertionError):
-    """The candidate runs but gives a wrong answer (or crashes); the message says why.
-
-    In IPython it renders as its message under one header line, without a traceback: the
-    checker's frames would only hide the few lines that matter. When the learner's own code
-    raised, the message already shows where (their file or cell, the line, the error).
-    """
-
-    check: str | None = None  # "check_softmax": set by the checker that raised it
-    learner: str | None = None  # what the learner wrote: "softmax"
-
-    @property
-    def case(self) -> str | None:
-        """The case that failed, as the message names it."""
-        match = re.match(r"Case (['\"])(.*?)\1: ", str(self))
-        return match.group(2) if match else None
-
-    @property
-    def likely_cause(self) -> str | None:
-        match = re.search(r"^Likely cause: (.*)$", str(self), re.MULTILINE)
-        return match.group(1) if match else None
-
-    @property
-    def raised(self) -> BaseException | None:
-        """The learner's error, when their code crashed."""
-        error = self.__cause__
-        return None if error is None or isinstance(error, ExerciseFailure) else error
-
-    def short(self, limit: int = 150) -> str:
-        """One line: the case and the likely cause, or the learner's error and where it came from."""
-        case = self.case
-        prefix = "" if case is None else f"case {_case_label(case)!r}: "
-        if self.raised is not None:
-            return _clip(prefix + error_line(self.raised), limit + 40)
-        text = self.likely_cause or re.sub(r"^Case (['\"]).*?\1: ", "", str(self)).split("\n")[0]
-        return _clip(prefix + re.split(r"(?<=\.) ", text)[0], limit)
-
-    def with_cause(self, cause: str) -> ExerciseFailure:
-        """The same failure with another likely cause (raise it ``from`` the learner's error)."""
-        return ExerciseFailure(str(self).split("\nLikely cause: ")[0] + f"\nLikely cause: {cause}")
-
-    def _render_traceback_(self) -> list[str]:
-        """What IPython shows instead of a traceback (see IPython's ``showtraceback``)."""
-        what = f"{self.check}({self.learner})" if self.check and self.learner else "the check"
-        lines = str(self).splitlines()
-        if len(lines) > MAX_LINES - 1:
-            lines = lines[: MAX_LINES - 2] + ["  ... (print the error for the rest of the message)"]
-        return [f"\x1b[31mAssertionError\x1b[0m: {what} failed"] + lines
-
-
-class CellDidNotRun(ExerciseFailure):
-    """The exercise cell's last run failed, so the name still holds an earlier definition."""
-
-
-class NotDoneYet(Exception):
-    """The candidate is still the unsolved skeleton (it raised NotImplementedError)."""
-
-
-def _case_label(case: str, limit: int = 40) -> str:
-    """The start of a case's name, up to its first ":" or ";" and at most ``limit`` long, cut
-    outside parentheses: "padding mask (2, 1, 1, 7), True = ..." -> "padding mask (2, 1, 1, 7)"."""
-    depth, commas = 0, []
-    for i, char in enumerate(case):
-        depth += (char == "(") - (char == ")")
-        if depth == 0 and char in ":;":
-            case = case[:i]
-            break
-        if depth == 0 and case.startswith(", ", i) and i <= limit:
-            commas.append(i)
-    if len(case) <= limit:
-        return case
-    return case[: commas[-1]] if commas else _clip(case, limit)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _error_text(error: BaseException) -> str:
-    if isinstance(error, SyntaxError):
-        return f"{type(error).__name__}: {error.msg}"
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-
-
-def error_line(error: BaseException) -> str:
-    """One line: the learner's error and the line of their code that raised it."""
-    frames = [frame[:2] for frame in learner_frames(error)[-1:]]
-    if isinstance(error, SyntaxError) and error.filename:
-        frames = [(error.filename, error.lineno)]
-    at = "".join(f" (at {where(file, line)}: {source_line(file, line)})" for file, line in frames)
-    return _error_text(error) + at
 
 
 @dataclass(frozen=True)
@@ -404,10 +303,17 @@ def compare(
     *,
     atol: float = 1e-5,
     rtol: float = 1e-4,
+    mistakes: Sequence[Mistake] = (),
+    args: Sequence = (),
+    pick: Callable = lambda result: result,
     cause: str | None = None,
     fallback_cause: str = "",
 ) -> None:
-    """Fail unless ``got`` equals ``expected`` to the tolerance; show where they differ."""
+    """Fail unless ``got`` equals ``expected`` to the tolerance; show where they differ.
+
+    The likely cause is the first there is of: the classic mistake that gives what the candidate
+    gave (:func:`diagnose` of ``mistakes`` run on ``args``, ``pick`` taking the compared tensor
+    from their result; they run only for a wrong answer), ``cause``, ``fallback_cause``."""
     __tracebackhide__ = True  # noqa: F841
     if _close(got, expected, atol, rtol):
         return
@@ -423,7 +329,7 @@ def compare(
             row = index[:-1]
             message.append(f"  expected {_row(e, row)}")
             message.append(f"  got      {_row(g, row)}")
-    reason = cause or fallback_cause
+    reason = diagnose(mistakes, got, pick, *args) or cause or fallback_cause
     if reason:
         message.append(f"Likely cause: {reason}")
     raise ExerciseFailure("\n".join(message))

@@ -15,15 +15,8 @@ import torch
 from torch import nn
 
 from .._validate import shape_str
-from ._core import (
-    ExerciseFailure,
-    Mistake,
-    _close,
-    call_candidate,
-    compare,
-    diagnose,
-    require_shape,
-)
+from ._core import Mistake, _close, call_candidate, compare, diagnose, require_shape
+from ._failure import ExerciseFailure
 
 __all__ = [
     "check_cases",
@@ -33,6 +26,7 @@ __all__ = [
     "build_module",
     "copy_linear",
     "randn",
+    "seeded_randn",
     "reverse_axes",
 ]
 
@@ -42,6 +36,17 @@ Hint = str | Callable[..., str | None] | None
 
 def randn(g: torch.Generator, *shape: int, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+def seeded_randn(seed: int, dtype=torch.float32) -> Callable[..., torch.Tensor]:
+    """``randn(*shape)``, drawing from a generator of its own: a checker's cases are the same on
+    every run, and the learner's random stream is left alone."""
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=dtype)
+
+    return randn
 
 
 def reverse_axes(t: torch.Tensor) -> torch.Tensor:

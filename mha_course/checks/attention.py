@@ -10,22 +10,23 @@ import torch.nn.functional as F
 from .. import attention, reference
 from .._validate import shape_str
 from ._core import (
-    ExerciseFailure,
     Mistake,
     _close,
     call_candidate,
     call_with_mask,
     checker,
     compare,
-    diagnose,
     require_shape,
 )
+from ._failure import ExerciseFailure
+from ._steps import seeded_randn
 
 __all__ = [
     "check_softmax",
     "check_scaled_dot_product_attention",
     "ATTENTION_ROUTINES",
     "keys_summed_hint",
+    "call_attention",
 ]
 
 # What lessons 01 and 06 ask the learner to write themselves (the checker names the one called).
@@ -74,6 +75,12 @@ def _softmax_cases():
     )
 
 
+_SOFTMAX_OVERFLOW = (
+    "exp overflowed to inf and inf/inf gave NaN: subtract each row's max before exp "
+    "(softmax(x) = softmax(x - max(x))), or use torch.softmax."
+)
+
+
 @checker("softmax", "Replace `raise NotImplementedError` with your softmax over the last axis.")
 def check_softmax(candidate) -> int:
     """Check ``candidate(scores)`` = softmax over the last axis, stable for large scores."""
@@ -88,13 +95,15 @@ def check_softmax(candidate) -> int:
             expected.shape,
             "softmax keeps the shape of the scores; did you sum without keepdim=True?",
         )
-        cause = diagnose(_SOFTMAX_MISTAKES, got, lambda r: r, scores.double())
-        if cause is None and torch.isnan(got).any():
-            cause = (
-                "exp overflowed to inf and inf/inf gave NaN: subtract each row's max before exp "
-                "(softmax(x) = softmax(x - max(x))), or use torch.softmax."
-            )
-        compare(case, "the weights", got, expected, cause=cause)
+        compare(
+            case,
+            "the weights",
+            got,
+            expected,
+            mistakes=_SOFTMAX_MISTAKES,
+            args=(scores.double(),),
+            cause=_SOFTMAX_OVERFLOW if torch.isnan(got).any() else None,
+        )
         n += 1
     return n
 
@@ -212,10 +221,7 @@ def _mistake_no_softmax(q, k, v, m):
 
 
 def _sdpa_cases():
-    g = torch.Generator().manual_seed(1)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g)
+    randn = seeded_randn(1)
 
     yield (
         "one sentence: query (4, 8), key (6, 8), value (6, 5)",
@@ -316,6 +322,18 @@ def _scale_hint(q, k, w) -> str | None:
     )
 
 
+def _weights_hint(q, k, w, mask) -> str | None:
+    """What went wrong with weights that match no classic mistake, when it shows."""
+    if torch.isnan(w).any():
+        return (
+            "NaN in the weights: exp overflowed. Use torch.softmax (it subtracts each row's max) "
+            "instead of exp(scores) / sum."
+        )
+    if mask is None:  # the scale is read off the weights of every key, so only without a mask
+        return keys_summed_hint(w) or _scale_hint(q, k, w) or _rows_hint(w)
+    return keys_summed_hint(w) or _rows_hint(w)
+
+
 def _rows_hint(w: torch.Tensor) -> str | None:
     rows = w.detach().double().sum(-1)
     if torch.allclose(rows, torch.ones_like(rows), atol=1e-4):
@@ -341,16 +359,32 @@ def _mask_hint(mask: torch.Tensor) -> str:
     )
 
 
-def _returned_pair(case, result, ref_out, ref_w):
-    """The candidate's (output, weights), after checking it is a pair in that order."""
+def call_attention(candidate, case, query, key, value, mask, *, crash_hint, mask_hint) -> tuple:
+    """``candidate(query, key, value, attn_mask=mask)`` on copies of the inputs, held to returning
+    a pair ``(output, weights)``. A crash says ``crash_hint``, or ``mask_hint(mask)`` when the
+    code runs without the mask (lessons 01 and 02: a function, or a module)."""
+    result = call_with_mask(
+        candidate,
+        case,
+        query.clone(),
+        key.clone(),
+        value.clone(),
+        attn_mask=mask,
+        crash_hint=crash_hint,
+        mask_hint=mask is not None and mask_hint(mask),
+    )
     if not (isinstance(result, tuple) and len(result) == 2):
         raise ExerciseFailure(
             f"Case {case!r}: return a tuple (output, weights); got {type(result).__name__}"
             + (f" of length {len(result)}" if isinstance(result, tuple) else "")
             + "."
         )
-    out, w = result
-    if all(isinstance(t, torch.Tensor) for t in result) and (
+    return result
+
+
+def _in_order(case, out, w, ref_out, ref_w):
+    """Fail when the pair came as (weights, output)."""
+    if all(isinstance(t, torch.Tensor) for t in (out, w)) and (
         (out.shape == ref_w.shape and w.shape == ref_out.shape and out.shape != w.shape)
         or (_close(out, ref_w, 1e-5, 1e-4) and _close(w, ref_out, 1e-5, 1e-4))
     ):
@@ -361,7 +395,6 @@ def _returned_pair(case, result, ref_out, ref_w):
             "Likely cause: the order of the pair. Return (output, weights): "
             "return weights @ value, weights."
         )
-    return out, w
 
 
 def _weights_shape_hint(w, ref_w: torch.Tensor, mask) -> str:
@@ -389,46 +422,37 @@ def check_scaled_dot_product_attention(candidate) -> int:
     mistakes = _mistakes()
     n = 0
     for case, q, k, v, mask in _sdpa_cases():
-        result = call_with_mask(
-            candidate,
-            case,
-            q.clone(),
-            k.clone(),
-            v.clone(),
-            attn_mask=mask,
-            crash_hint=_CRASH_HINT,
-            mask_hint=mask is not None and _mask_hint(mask),
+        out, w = call_attention(
+            candidate, case, q, k, v, mask, crash_hint=_CRASH_HINT, mask_hint=_mask_hint
         )
         ref_out, ref_w = reference.scaled_dot_product_attention(
             q.double(), k.double(), v.double(), attn_mask=mask
         )
-        out, w = _returned_pair(case, result, ref_out, ref_w)
+        _in_order(case, out, w, ref_out, ref_w)
         require_shape(case, "weights", w, ref_w.shape, _weights_shape_hint(w, ref_w, mask))
         output_hint = "output is (..., L, Ev): weights (..., L, S) @ value (..., S, Ev)."
         if isinstance(out, torch.Tensor) and out.shape[-1:] == k.shape[-1:] != v.shape[-1:]:
             output_hint = "your output has the keys' size; it should mix the values: output = weights @ value."
         require_shape(case, "output", out, ref_out.shape, output_hint)
         args = (q.double(), k.double(), v.double(), mask)
-        cause = diagnose(mistakes, w, lambda r: r[1], *args)
-        if cause is None and torch.isnan(w).any():
-            cause = (
-                "NaN in the weights: exp overflowed. Use torch.softmax (it subtracts each row's max) "
-                "instead of exp(scores) / sum."
-            )
-        if cause is None:
-            cause = keys_summed_hint(w)
-        if cause is None and mask is None:
-            cause = _scale_hint(q, k, w)
-        if cause is None:
-            cause = _rows_hint(w)
-        compare(case, "weights", w, ref_w, cause=cause)
-        cause = diagnose(mistakes, out, lambda r: r[0], *args)
+        compare(
+            case,
+            "weights",
+            w,
+            ref_w,
+            mistakes=mistakes,
+            args=args,
+            pick=lambda r: r[1],
+            cause=_weights_hint(q, k, w, mask),
+        )
         compare(
             case,
             "outputs",
             out,
             ref_out,
-            cause=cause,
+            mistakes=mistakes,
+            args=args,
+            pick=lambda r: r[0],
             fallback_cause="the weights are right, so look at the last step: output = weights @ value.",
         )
         n += 1

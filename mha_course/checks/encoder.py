@@ -16,16 +16,9 @@ from torch import nn
 from .. import encoder
 from .._validate import shape_str
 from ..attention import scaled_dot_product_attention
-from ._core import (
-    ExerciseFailure,
-    Mistake,
-    _close,
-    call_candidate,
-    checker,
-    compare,
-    diagnose,
-    require_shape,
-)
+from ._core import Mistake, call_candidate, checker, compare, require_shape
+from ._failure import ExerciseFailure
+from ._steps import seeded_randn
 
 __all__ = ["check_encoder_layer"]
 
@@ -294,10 +287,7 @@ def _torch_masks(mask: torch.Tensor | None, B: int, L: int):
 
 
 def _cases():
-    g = torch.Generator().manual_seed(5)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g)
+    randn = seeded_randn(5)
 
     causal = torch.ones(6, 6, dtype=torch.bool).tril()
     padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2]).view(2, 1, 1, 6)
@@ -379,19 +369,19 @@ def _run_cases(candidate) -> int:
         )
         if dropout > 0:
             _require_no_dropout_in_eval(layer, case, x, got)
-        if not _close(got, expected, atol=1e-4, rtol=1e-3):  # only a wrong answer needs a diagnosis
-            cause = diagnose(_mistakes(reference_layer, mask), got, lambda r: r, x.double())
-            compare(
-                case,
-                "outputs",
-                got,
-                expected,
-                atol=1e-4,
-                rtol=1e-3,
-                cause=cause or _nan_hint(got, mask),
-                fallback_cause="compare your forward with the steps: z = norm1(x + self_attn(x, x, x, "
-                "attn_mask)[0]); out = norm2(z + linear2(relu(linear1(z)))).",
-            )
+        compare(
+            case,
+            "outputs",
+            got,
+            expected,
+            atol=1e-4,
+            rtol=1e-3,
+            mistakes=_mistakes(reference_layer, mask),
+            args=(x.double(),),
+            cause=_nan_hint(got, mask),
+            fallback_cause="compare your forward with the steps: z = norm1(x + self_attn(x, x, x, "
+            "attn_mask)[0]); out = norm2(z + linear2(relu(linear1(z)))).",
+        )
         n += 1
     return n
 

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import reference
-from ._core import ExerciseFailure, Mistake, call_candidate, checker
+from ._core import Mistake, call_candidate, checker
+from ._failure import ExerciseFailure
 from ._steps import build_module, call_diagnosed, copy_linear, randn, require_tensor
 
 __all__ = ["check_feed_forward", "check_encoder_stack"]

@@ -8,15 +8,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .. import reference
-from ._core import (
-    ExerciseFailure,
-    Mistake,
-    call_candidate,
-    checker,
-    compare,
-    diagnose,
-    require_shape,
-)
+from ._core import Mistake, call_candidate, checker, compare, require_shape
+from ._failure import ExerciseFailure
+from ._steps import seeded_randn
 from .attention import ATTENTION_ROUTINES
 
 __all__ = ["check_attention_in_blocks"]
@@ -156,10 +150,7 @@ _MISTAKES = [
 
 
 def _cases():
-    g = torch.Generator().manual_seed(6)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float64)
+    randn = seeded_randn(6, dtype=torch.float64)
 
     yield (
         "one head: q (5, 8), k (12, 8), v (12, 6), block_size 4",
@@ -217,6 +208,11 @@ class _Shapes(TorchFunctionMode):
         return out
 
 
+_OVERFLOW = (
+    "inf or NaN in the output: an exp overflowed. Subtract the running max before exp: "
+    "p = exp(s - m_new), rescale = exp(m - m_new), with m_new = torch.maximum(m, block max)."
+)
+
 _CRASH_HINT = (
     "a shape mix-up. The running max m and sum ℓ are (..., L, 1), the output o is (..., L, Dv); "
     "one block is k[..., j:j + block_size, :] and v[..., j:j + block_size, :], its scores "
@@ -247,13 +243,17 @@ def check_attention_in_blocks(candidate) -> int:
             expected.shape,
             "the output is (..., L, Dv): one row per query, the size of the values.",
         )
-        cause = diagnose(_MISTAKES, got, lambda r: r, q, k, v, block_size)
-        if cause is None and not torch.isfinite(got).all():
-            cause = (
-                "inf or NaN in the output: an exp overflowed. Subtract the running max before exp: "
-                "p = exp(s - m_new), rescale = exp(m - m_new), with m_new = torch.maximum(m, block max)."
-            )
-        compare(case, "outputs", got, expected, atol=1e-6, rtol=1e-6, cause=cause)
+        compare(
+            case,
+            "outputs",
+            got,
+            expected,
+            atol=1e-6,
+            rtol=1e-6,
+            mistakes=_MISTAKES,
+            args=(q, k, v, block_size),
+            cause=None if torch.isfinite(got).all() else _OVERFLOW,
+        )
         n += 1
 
     case = "memory: q (2, 5, 8), k and v (2, 12, 8), block_size 4; no (..., 5, 12) score matrix"

@@ -9,16 +9,9 @@ from torch import nn
 
 from .. import layernorm
 from .._validate import shape_str
-from ._core import (
-    ExerciseFailure,
-    Mistake,
-    _close,
-    call_candidate,
-    checker,
-    compare,
-    diagnose,
-    require_shape,
-)
+from ._core import Mistake, call_candidate, checker, compare, require_shape
+from ._failure import ExerciseFailure
+from ._steps import seeded_randn
 from .positional import check_positional_encoding
 
 __all__ = ["check_layer_norm", "check_positional_encoding"]
@@ -177,10 +170,7 @@ def _ln_parameters(module, case: str, size: int) -> None:
 
 
 def _ln_cases():
-    g = torch.Generator().manual_seed(3)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g)
+    randn = seeded_randn(3)
 
     # inputs with a non-zero mean and a variance far from 1, so every step shows; a large eps
     # first, so that where eps goes (and which variance is used) shows from the first case on
@@ -255,20 +245,19 @@ def check_layer_norm(candidate) -> int:
             "LayerNorm keeps the input's shape; did you take the mean without keepdim=True?",
         )
         w, b = expected_module.weight.detach(), expected_module.bias.detach()
-        if not _close(got, expected, atol=1e-4, rtol=1e-4):  # only a wrong answer needs a diagnosis
-            cause = diagnose(mistakes, got, lambda r: r, x.double(), w, b, eps)
-            compare(
-                case,
-                "outputs",
-                got,
-                expected,
-                atol=1e-4,
-                rtol=1e-4,
-                cause=cause,
-                fallback_cause="more than one thing differs. Check each step on one token: the mean and "
-                "the *biased* variance (correction=0) over the last axis with keepdim=True, ε added "
-                "inside the square root, then * weight + bias.",
-            )
+        compare(
+            case,
+            "outputs",
+            got,
+            expected,
+            atol=1e-4,
+            rtol=1e-4,
+            mistakes=mistakes,
+            args=(x.double(), w, b, eps),
+            fallback_cause="more than one thing differs. Check each step on one token: the mean and "
+            "the *biased* variance (correction=0) over the last axis with keepdim=True, ε added "
+            "inside the square root, then * weight + bias.",
+        )
         n += 1
     _ln_gradients(candidate)
     return n + 1

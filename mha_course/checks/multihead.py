@@ -15,17 +15,11 @@ from torch import nn
 
 from .. import multihead, reference
 from .._validate import shape_str
-from ._core import (
-    ExerciseFailure,
-    _close,
-    call_candidate,
-    call_with_mask,
-    checker,
-    compare,
-    diagnose,
-)
+from ._core import _close, call_candidate, checker, compare
+from ._failure import ExerciseFailure
 from ._multihead_mistakes import Weights, mistakes
-from .attention import keys_summed_hint
+from ._steps import seeded_randn
+from .attention import call_attention, keys_summed_hint
 
 __all__ = ["check_multi_head_attention"]
 
@@ -120,10 +114,7 @@ def _load(module: nn.Module, reference: nn.MultiheadAttention, case: str) -> Non
 
 def _cases():
     """(case, E, H, query, key, value, mask); the mask is True where a query may attend."""
-    g = torch.Generator().manual_seed(2)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g)
+    randn = seeded_randn(2)
 
     x = randn(2, 5, 24)
     yield "self-attention, no mask: x (2, 5, 24), 4 heads of size 6", 24, 4, x, x, x, None
@@ -209,15 +200,8 @@ def _run_cases(candidate) -> int:
         module.eval()
         attn_mask, padding = _torch_masks(mask)
         with torch.no_grad():
-            result = call_with_mask(
-                module,
-                case,
-                query.clone(),
-                key.clone(),
-                value.clone(),
-                attn_mask=mask,
-                crash_hint=_CRASH_HINT,
-                mask_hint=mask is not None and _mask_hint(mask),
+            out, weights = call_attention(
+                module, case, query, key, value, mask, crash_hint=_CRASH_HINT, mask_hint=_mask_hint
             )
             expected = reference(
                 query.double(),
@@ -227,52 +211,38 @@ def _run_cases(candidate) -> int:
                 key_padding_mask=padding,
                 average_attn_weights=False,
             )
-        out, weights = _unpack(result, case)
         _check_shapes(case, out, weights, expected, mask)
         args = (query.double(), key.double(), value.double(), mask)
         classic = mistakes(Weights.of(reference))
-        if not _close(weights, expected[1], _ATOL, _RTOL):  # only a wrong answer needs a diagnosis
-            cause = (
-                diagnose(classic, weights, lambda r: r[1], *args)
-                or _nan_hint(weights, mask)
-                or keys_summed_hint(weights)
-            )
-            compare(
-                case,
-                "per-head weights",
-                weights,
-                expected[1],
-                atol=_ATOL,
-                rtol=_RTOL,
-                cause=cause,
-                fallback_cause="compare the steps: Q = split(q_proj(query)), K = split(k_proj(key)), "
-                "weights = softmax(Q Kᵀ / √d_k, masked) over the keys, dim=-1.",
-            )
-        if not _close(out, expected[0], _ATOL, _RTOL):
-            cause = diagnose(classic, out, lambda r: r[0], *args)
-            compare(
-                case,
-                "outputs",
-                out,
-                expected[0],
-                atol=_ATOL,
-                rtol=_RTOL,
-                cause=cause,
-                fallback_cause="the weights are right, so look at what follows: weights @ V, merge the "
-                "heads back to (B, L, E), then out_proj.",
-            )
+        compare(
+            case,
+            "per-head weights",
+            weights,
+            expected[1],
+            atol=_ATOL,
+            rtol=_RTOL,
+            mistakes=classic,
+            args=args,
+            pick=lambda r: r[1],
+            cause=_nan_hint(weights, mask) or keys_summed_hint(weights),
+            fallback_cause="compare the steps: Q = split(q_proj(query)), K = split(k_proj(key)), "
+            "weights = softmax(Q Kᵀ / √d_k, masked) over the keys, dim=-1.",
+        )
+        compare(
+            case,
+            "outputs",
+            out,
+            expected[0],
+            atol=_ATOL,
+            rtol=_RTOL,
+            mistakes=classic,
+            args=args,
+            pick=lambda r: r[0],
+            fallback_cause="the weights are right, so look at what follows: weights @ V, merge the "
+            "heads back to (B, L, E), then out_proj.",
+        )
         n += 1
     return n
-
-
-def _unpack(result, case: str):
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise ExerciseFailure(
-            f"Case {case!r}: return a tuple (output, weights); got {type(result).__name__}"
-            + (f" of length {len(result)}" if isinstance(result, tuple) else "")
-            + "."
-        )
-    return result
 
 
 def _check_shapes(case: str, out, weights, expected, mask) -> None:

@@ -7,16 +7,8 @@ import math
 import torch
 
 from .. import positional, reference
-from ._core import (
-    ExerciseFailure,
-    Mistake,
-    _close,
-    call_candidate,
-    checker,
-    compare,
-    diagnose,
-    require_shape,
-)
+from ._core import Mistake, call_candidate, checker, compare, require_shape
+from ._failure import ExerciseFailure
 
 __all__ = ["check_positional_encoding"]
 
@@ -176,10 +168,16 @@ def check_positional_encoding(candidate) -> int:
                 f"Case {case!r}: the table has dtype {got.dtype}; it should be float "
                 f"(sines and cosines). Did you build it with an integer torch.arange?"
             )
-        if not _close(got, expected, atol=1e-4, rtol=1e-4):
-            cause = diagnose(mistakes, got, lambda r: r, max_len, d_model) or _base_hint(
-                got, max_len, d_model
-            )
-            compare(case, "encodings", got, expected, atol=1e-4, rtol=1e-4, cause=cause)
+        compare(
+            case,
+            "encodings",
+            got,
+            expected,
+            atol=1e-4,
+            rtol=1e-4,
+            mistakes=mistakes,
+            args=(max_len, d_model),
+            cause=_base_hint(got, max_len, d_model),
+        )
         n += 1
     return n

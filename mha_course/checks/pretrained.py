@@ -23,7 +23,8 @@ from torch import nn
 from .. import reference
 from ..layernorm import LayerNorm
 from ..pretrained import MiniLMConfig, layer_weight_map
-from ._core import ExerciseFailure, call_candidate, checker
+from ._core import call_candidate, checker
+from ._failure import ExerciseFailure
 
 __all__ = ["check_load_layer", "check_weight_map"]
 

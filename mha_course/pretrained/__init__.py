@@ -21,35 +21,11 @@ One module per job, in the order :func:`load_minilm` needs them:
 Every name is importable from here: ``from mha_course.pretrained import load_minilm``.
 """
 
-from .analysis import SentenceAttention, attention_maps
-from .files import MODEL_ID, PACKAGE, load_checkpoint, model_directory
-from .model import BertEmbeddings, MiniLM, MiniLMConfig, MiniLMOutput, load_minilm, mean_pool
-from .weights import (
-    WeightMapping,
-    copy_weights,
-    is_packed,
-    layer_weight_map,
-    load_layer,
-    weight_map,
-)
+from . import analysis, files, model, weights
+from .analysis import *  # noqa: F403  (a module's __all__ lists what it exports)
+from .files import *  # noqa: F403
+from .model import *  # noqa: F403
+from .weights import *  # noqa: F403
 
-__all__ = [
-    "MODEL_ID",
-    "PACKAGE",
-    "MiniLMConfig",
-    "MiniLM",
-    "MiniLMOutput",
-    "BertEmbeddings",
-    "WeightMapping",
-    "layer_weight_map",
-    "weight_map",
-    "copy_weights",
-    "load_layer",
-    "is_packed",
-    "model_directory",
-    "load_checkpoint",
-    "load_minilm",
-    "mean_pool",
-    "SentenceAttention",
-    "attention_maps",
-]
+# Every module's public names, in the order load_minilm needs the modules.
+__all__ = [*files.__all__, *weights.__all__, *model.__all__, *analysis.__all__]
