@@ -183,3 +183,18 @@ def test_what_was_not_measured_is_grouped_by_reason(mixed):
     ]
     assert report in bench.summary(mixed)
     assert bench.skipped_report(synthetic("a", [1, 2, 3], [1, 2, 3])) == ""
+
+
+def test_lengths_not_measured_are_listed_forward_first_per_dtype():
+    """A sweep runs length by length, both modes each time, so the rows of a series come
+    interleaved; the report lists each dtype's forward lengths first all the same."""
+    rows = [
+        not_run("loop", L, "skipped", "too slow for the budget (predicted 1 s per call)", mode)
+        for L in (256, 512)
+        for mode in ("forward+backward", FORWARD)
+    ]
+    assert bench.skipped_report(rows).splitlines()[-1] == "    loop  every case"
+    rows.append(not_run("loop", 128, "ok", "", FORWARD))  # measured once: lengths are listed
+    assert bench.skipped_report(rows).splitlines()[-1] == (
+        "    loop  float32 forward L = 256, 512; float32 forward+backward L = 256, 512"
+    )

@@ -291,6 +291,18 @@ def test_what_the_budget_cannot_afford_is_recorded_with_the_reason(budgeted_swee
     assert "too slow for the budget:" in bench.summary(sweep)
 
 
+def test_both_modes_of_a_length_run_before_the_next_length():
+    """Length by length, both modes each time: a budget that runs short (or a machine slower than
+    planned) leaves the two modes measured to the same lengths, never one mode starved."""
+    lengths = (32, 64, 128)
+    sweep = bench.run_sweep(lengths, budget_s=3.0, **{**BUDGETED, "modes": (FORWARD, BACKWARD)})
+    groups = list(dict.fromkeys((r.length, r.mode) for r in sweep))
+    assert groups == [(L, mode) for L in lengths for mode in (FORWARD, BACKWARD)]
+    for mode in (FORWARD, BACKWARD):
+        baseline = [r for r in sweep if r.implementation == "torch MHA" and r.mode == mode]
+        assert baseline[0].status == "ok", (mode, baseline[0].message)
+
+
 def test_a_call_far_slower_than_predicted_is_caught_after_one_call():
     """Fast on the 8 tokens the sweep calibrates on, 0.6 s a call at L = 64: predicted cheap, found
     expensive by the correctness gate's call (and a second one), and not timed."""

@@ -157,12 +157,16 @@ def skipped(results: Iterable[Result]) -> dict[str, list[Result]]:
 
 
 def _lengths_by_series(rows: Sequence[Result]) -> str:
+    """``float32 forward L = 512, 1024; float32 forward+backward L = 256, ...``: per dtype (in order
+    of appearance), the forward first (a sweep runs both modes of a length before the next)."""
     series: dict[tuple[str, str], list[int]] = {}
     for r in rows:
         series.setdefault((r.dtype, r.mode), []).append(r.length)
+    dtypes = list(dict.fromkeys(dtype for dtype, _ in series))
+    order = sorted(series, key=lambda key: (dtypes.index(key[0]), key[1] != FORWARD))
     return "; ".join(
-        f"{dtype} {mode} L = {', '.join(map(str, sorted(lengths)))}"
-        for (dtype, mode), lengths in series.items()
+        f"{dtype} {mode} L = {', '.join(map(str, sorted(series[dtype, mode])))}"
+        for dtype, mode in order
     )
 
 

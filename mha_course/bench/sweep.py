@@ -1,6 +1,8 @@
 """The sweep: every implementation at every length, dtype and mode, within a time budget.
 
-For each case, in a fixed order (dtype, then mode, then length, then implementation):
+For each case, in a fixed order (dtype, then length, then mode, then implementation: both modes of
+a length come before the next length, so that a budget that runs short, or a machine that turns out
+slower than planned, leaves the modes measured to the same lengths):
 
 1. **Can it run?** A kernel or dtype the device lacks is "unsupported"; a case predicted to need
    more memory than is free, or (with a budget) more time than is left, is "skipped" with the
@@ -328,8 +330,8 @@ def run_sweep(
     cases = [
         Case(impl, dtype, mode, L, batch, embed_dim, heads, check_queries)
         for dtype in dtypes
-        for mode in modes
         for L in sorted(set(lengths))
+        for mode in modes
         for impl in implementations
     ]
     threads_before = torch.get_num_threads()
