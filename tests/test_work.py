@@ -62,7 +62,12 @@ LEARNER_ANSWER = (
 )
 
 
-KEPT_CELLS = ("# Set-up", "import torch\n", "# exercise: softmax", "from mha_course.checks")
+KEPT_CELLS = (
+    "# Set-up",
+    "import torch\n",
+    "# exercise: softmax",
+    "from mha_course.checks import check_softmax",
+)
 
 
 def short_lesson_00(path: Path, to: Path) -> None:
