@@ -14,11 +14,10 @@ from einops import rearrange
 from torch import nn
 
 from .. import encoder
-from .._validate import shape_str
 from ..attention import scaled_dot_product_attention
 from ._core import Mistake, call_candidate, checker, compare, require_shape
 from ._failure import ExerciseFailure
-from ._steps import seeded_randn
+from ._steps import copy_weight_and_bias, seeded_randn
 
 __all__ = ["check_encoder_layer"]
 
@@ -188,18 +187,7 @@ def _copy(
 ):
     """Copy torch's weight and bias into ``owner.name`` (a Linear or a LayerNorm)."""
     part = _part(owner, name, case, what)
-    for attr, value in (("weight", weight), ("bias", bias)):
-        target = getattr(part, attr, None)
-        if not isinstance(target, torch.Tensor):
-            raise ExerciseFailure(
-                f"Case {case!r}: {what}.{name} has no `{attr}`; it should be {made}."
-            )
-        if target.shape != value.shape:
-            raise ExerciseFailure(
-                f"Case {case!r}: {what}.{name}.{attr} has shape {shape_str(target.shape)}, "
-                f"expected {shape_str(value.shape)}: {name} should be {made}."
-            )
-        target.copy_(value)
+    copy_weight_and_bias(part, weight, bias, case, f"{what}.{name}", made, who=name, quote="`")
 
 
 def _load_torch_weights(layer, torch_layer: nn.TransformerEncoderLayer, case: str) -> None:
