@@ -25,6 +25,7 @@ __all__ = [
     "require_count",
     "build_module",
     "copy_linear",
+    "copy_weight_and_bias",
     "randn",
     "seeded_randn",
     "reverse_axes",
@@ -314,16 +315,38 @@ def copy_linear(owner: nn.Module, attr: str, source: nn.Linear, case: str, made:
             f"Case {case!r}: your {type(owner).__name__} has no attribute `{attr}`; create it in "
             f"__init__: self.{attr} = {made}."
         )
+    copy_weight_and_bias(part, source.weight, source.bias, case, f"self.{attr}", made)
+
+
+def copy_weight_and_bias(
+    part,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    case: str,
+    where: str,
+    made: str,
+    *,
+    who: str | None = None,
+    quote: str = "",
+    note: str = "",
+) -> None:
+    """Copy torch's ``weight`` and ``bias`` into the learner's ``part`` (a Linear or a LayerNorm),
+    or say which one is missing or of the wrong shape.
+
+    ``where`` is the part as the learner reaches it (``self.q_proj``), ``made`` how it should be
+    built; ``who`` (``where`` by default) names it in the wrong-shape message, ``quote`` wraps the
+    missing tensor's name and ``note`` ends the missing-tensor message."""
+    who = where if who is None else who
     with torch.no_grad():
-        for name in ("weight", "bias"):
-            target, value = getattr(part, name, None), getattr(source, name)
+        for name, value in (("weight", weight), ("bias", bias)):
+            target = getattr(part, name, None)
             if not isinstance(target, torch.Tensor):
                 raise ExerciseFailure(
-                    f"Case {case!r}: self.{attr} has no {name}; it should be {made}."
+                    f"Case {case!r}: {where} has no {quote}{name}{quote}; it should be {made}{note}."
                 )
             if target.shape != value.shape:
                 raise ExerciseFailure(
-                    f"Case {case!r}: self.{attr}.{name} has shape {shape_str(target.shape)}, "
-                    f"expected {shape_str(value.shape)}: self.{attr} should be {made}."
+                    f"Case {case!r}: {where}.{name} has shape {shape_str(target.shape)}, "
+                    f"expected {shape_str(value.shape)}: {who} should be {made}."
                 )
             target.copy_(value)

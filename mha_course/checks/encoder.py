@@ -14,11 +14,11 @@ from einops import rearrange
 from torch import nn
 
 from .. import encoder
-from .._validate import shape_str
 from ..attention import scaled_dot_product_attention
 from ._core import Mistake, call_candidate, checker, compare, require_shape
 from ._failure import ExerciseFailure
-from ._steps import seeded_randn
+from ._steps import copy_weight_and_bias, seeded_randn
+from .multihead import _torch_masks
 
 __all__ = ["check_encoder_layer"]
 
@@ -188,18 +188,7 @@ def _copy(
 ):
     """Copy torch's weight and bias into ``owner.name`` (a Linear or a LayerNorm)."""
     part = _part(owner, name, case, what)
-    for attr, value in (("weight", weight), ("bias", bias)):
-        target = getattr(part, attr, None)
-        if not isinstance(target, torch.Tensor):
-            raise ExerciseFailure(
-                f"Case {case!r}: {what}.{name} has no `{attr}`; it should be {made}."
-            )
-        if target.shape != value.shape:
-            raise ExerciseFailure(
-                f"Case {case!r}: {what}.{name}.{attr} has shape {shape_str(target.shape)}, "
-                f"expected {shape_str(value.shape)}: {name} should be {made}."
-            )
-        target.copy_(value)
+    copy_weight_and_bias(part, weight, bias, case, f"{what}.{name}", made, who=name, quote="`")
 
 
 def _load_torch_weights(layer, torch_layer: nn.TransformerEncoderLayer, case: str) -> None:
@@ -277,15 +266,6 @@ def _torch_layer(d_model: int, num_heads: int, d_ff: int, seed: int) -> nn.Trans
     return layer.train()  # train mode with dropout 0: torch's plain path, no fused fast path
 
 
-def _torch_masks(mask: torch.Tensor | None, B: int, L: int):
-    """The exercise's mask (True = may attend) as torch's (src_mask, src_key_padding_mask)."""
-    if mask is None:
-        return None, None
-    if mask.dim() == 2:  # (L, L)
-        return ~mask, None
-    return None, ~mask.reshape(B, L)  # (B, 1, 1, L) padding
-
-
 def _cases():
     randn = seeded_randn(5)
 
@@ -349,8 +329,7 @@ def _run_cases(candidate) -> int:
         layer.eval()
         reference_layer = _torch_layer(d_model, num_heads, d_ff, seed)
         _load_torch_weights(layer, reference_layer, case)
-        B, L, _ = x.shape
-        src_mask, padding = _torch_masks(mask, B, L)
+        src_mask, padding = _torch_masks(mask)  # torch's src_mask, src_key_padding_mask
         with torch.no_grad():
             got = call_candidate(layer, case, x.clone(), attn_mask=mask)
             expected = reference_layer(x.double(), src_mask=src_mask, src_key_padding_mask=padding)

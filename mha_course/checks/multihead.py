@@ -18,7 +18,7 @@ from .._validate import shape_str
 from ._core import _close, call_candidate, checker, compare
 from ._failure import ExerciseFailure
 from ._multihead_mistakes import Weights, mistakes
-from ._steps import seeded_randn
+from ._steps import copy_weight_and_bias, seeded_randn
 from .attention import call_attention, keys_summed_hint
 
 __all__ = ["check_multi_head_attention"]
@@ -93,23 +93,16 @@ def _load(module: nn.Module, reference: nn.MultiheadAttention, case: str) -> Non
     E = reference.embed_dim
     p = Weights.of(reference)
     linear = f"nn.Linear(embed_dim, embed_dim) = nn.Linear({E}, {E})"
-    with torch.no_grad():
-        for name, (weight, bias) in zip(_PROJECTIONS, (p.q, p.k, p.v, p.o), strict=True):
-            part = getattr(module, name)
-            for attr, value in (("weight", weight), ("bias", bias)):
-                target = getattr(part, attr, None)
-                if not isinstance(target, torch.Tensor):
-                    raise ExerciseFailure(
-                        f"Case {case!r}: self.{name} has no {attr}; it should be {linear} "
-                        f"(with its bias, as torch.nn.MultiheadAttention has)."
-                    )
-                if target.shape != value.shape:
-                    raise ExerciseFailure(
-                        f"Case {case!r}: self.{name}.{attr} has shape "
-                        f"{shape_str(target.shape)}, expected {shape_str(value.shape)}: "
-                        f"self.{name} should be {linear}."
-                    )
-                target.copy_(value)
+    for name, (weight, bias) in zip(_PROJECTIONS, (p.q, p.k, p.v, p.o), strict=True):
+        copy_weight_and_bias(
+            getattr(module, name),
+            weight,
+            bias,
+            case,
+            f"self.{name}",
+            linear,
+            note=" (with its bias, as torch.nn.MultiheadAttention has)",
+        )
 
 
 def _cases():
