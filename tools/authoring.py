@@ -8,7 +8,8 @@ nothing is stale.
     python tools/authoring.py build           # stamp, generate and execute every notebook
     python tools/authoring.py build 02        # only lesson 02 (both versions)
     python tools/authoring.py check           # fail if an exercise notebook is stale
-    python tools/authoring.py stats           # per lesson: words, exercises, run time, memory
+    python tools/authoring.py stats           # per lesson: answer lines, words, the targets
+    python tools/authoring.py stats --run     # ... and each notebook's run time and peak memory
     python tools/authoring.py clean FILES     # clean notebook metadata (for pre-commit)
 
 A learner's fresh notebook is ``python -m mha_course reset 02``, in the package.
@@ -30,6 +31,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: import the course package from this checkout
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "tools") not in sys.path:  # and the other authoring tools beside this one
+    sys.path.insert(0, str(ROOT / "tools"))
 
 from mha_course import lessons  # noqa: E402
 from mha_course.work import WORK_DIR_VARIABLE, exercise_name  # noqa: E402
@@ -291,7 +294,7 @@ def _peak_kernel_memory(client, stop, peak: list[float]) -> None:
         stop.wait(0.05)
 
 
-def lesson_stats(path: Path) -> dict:
+def run_stats(path: Path) -> dict:
     """What an instructor plans with: words to read, code cells, exercises, and the time and peak
     memory of executing the notebook here."""
     import threading
@@ -345,9 +348,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     c.add_argument("paths", nargs="+", type=Path)
     st = sub.add_parser(
-        "stats", help="words, cells, exercises, run time and peak memory per lesson"
+        "stats",
+        help="per lesson: answer lines, short exercises, answer lines shown above their check, "
+        "main-path words and long sentences, and whether the course's targets hold",
     )
     st.add_argument("lessons", nargs="*", help="lesson numbers (default: all)")
+    st.add_argument("--details", action="store_true", help="per exercise, and the long sentences")
+    st.add_argument(
+        "--run", action="store_true", help="also execute each notebook: run time and peak memory"
+    )
     args = parser.parse_args(argv)
     if args.command == "clean":
         changed = [p for p in args.paths if clean_file(p)]
@@ -355,22 +364,43 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cleaned {p}")
         return 1 if changed else 0
     if args.command == "stats":
-        print(
-            f"{'notebook':<34} {'words':>6} {'cells':>6} {'exercises':>9} {'run s':>6} {'peak MiB':>9}"
-        )
-        for path in solution_paths(args.lessons or None):
-            row = lesson_stats(exercise_path(path))
-            print(
-                f"{row['notebook']:<34} {row['markdown_words']:>6} {row['code_cells']:>6} "
-                f"{row['exercises']:>9} {row['run_seconds']:>6} {row['peak_kernel_mib']:>9}"
-            )
-        return 0
+        return stats(args)
     if args.command == "build":
         build(args.lessons or None, run=not args.no_execute)
     else:
         problems = stale_notebooks()
         print("\n".join(problems) or "every exercise notebook is up to date")
         return 1 if problems else 0
+    return 0
+
+
+def stats(args) -> int:
+    """What a learner reads and writes (tools/lesson_stats.py), then, with --run, run times."""
+    import lesson_stats
+
+    counted = [
+        s for s in lesson_stats.course_stats(ROOT) if not args.lessons or s.lesson in args.lessons
+    ]
+    print(lesson_stats.table(counted))
+    print()
+    report = lesson_stats.targets_report(lesson_stats.course_stats(ROOT))
+    for statement, holds in report:
+        if not args.lessons or statement[:2] in args.lessons or statement.startswith("00-06"):
+            print(("✔ " if holds else "✘ ") + statement)
+    if args.details:
+        print()
+        print(lesson_stats.details(counted))
+    if args.run:
+        print()
+        print(
+            f"{'notebook':<34} {'words':>6} {'cells':>6} {'exercises':>9} {'run s':>6} {'peak MiB':>9}"
+        )
+        for path in solution_paths(args.lessons or None):
+            row = run_stats(exercise_path(path))
+            print(
+                f"{row['notebook']:<34} {row['markdown_words']:>6} {row['code_cells']:>6} "
+                f"{row['exercises']:>9} {row['run_seconds']:>6} {row['peak_kernel_mib']:>9}"
+            )
     return 0
 
 
