@@ -410,7 +410,7 @@ def _check_lse(candidate, case, q, k, v, block_size, causal):
     flags = {"return_lse": True} | ({"is_causal": True} if causal else {})
     got = _call(candidate, case, q, k, v, block_size, **flags)
     if not (isinstance(got, (tuple, list)) and len(got) == 2):
-        made = f"a {type(got).__name__}" + (" tensor" if isinstance(got, torch.Tensor) else "")
+        made = "a tensor" if isinstance(got, torch.Tensor) else f"a {type(got).__name__}"
         raise ExerciseFailure(
             f"Case {case!r}: with return_lse=True your result is {made}; expected a pair "
             "(output, lse)."
