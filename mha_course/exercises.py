@@ -64,8 +64,7 @@ _TABLE = [
     ("05", "load_layer", checks.check_load_layer),
     ("05", "previous_token_score", checks.check_previous_token_score),
     ("05", "mean_pool", checks.check_mean_pool),
-    ("06", "attention_flops", checks.check_attention_flops),
-    ("06", "scores_memory", checks.check_scores_memory),
+    ("06", "attention_cost", checks.check_attention_cost),
     ("06", "attention_in_blocks", checks.check_attention_in_blocks),
 ]
 

@@ -1,5 +1,6 @@
-"""The lesson 06 checker accepts every correct style of the online softmax and names the classic
-mistakes."""
+"""The lesson 06 checker accepts every correct style of the online softmax (with and without the
+causal flag and the log-sum-exp, and written to the older four-argument signature) and names the
+classic mistakes."""
 
 import math
 
@@ -45,12 +46,16 @@ def normalised_style(q, k, v, block_size):
     return o
 
 
-def logsumexp_style(q, k, v, block_size):
-    """Combines per-block log-sum-exps: the running state is lse = m + log ℓ."""
+def logsumexp_style(q, k, v, block_size, is_causal=False, return_lse=False):
+    """Combines per-block log-sum-exps: the running state is lse = m + log ℓ; each causal block
+    masked with tril(diagonal=-start), from its own position."""
     lse = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
     o = torch.zeros(*q.shape[:-1], v.size(-1), dtype=q.dtype)
     for start in range(0, k.size(-2), block_size):
         s = q @ k[..., start : start + block_size, :].mT / math.sqrt(q.size(-1))
+        if is_causal:
+            allowed = torch.ones(s.shape[-2:], dtype=torch.bool).tril(diagonal=-start)
+            s = torch.where(allowed, s, -torch.inf)
         block_lse = torch.logsumexp(s, dim=-1, keepdim=True)
         new_lse = torch.logaddexp(lse, block_lse)
         o = (
@@ -58,39 +63,113 @@ def logsumexp_style(q, k, v, block_size):
             + torch.exp(s - new_lse) @ v[..., start : start + block_size, :]
         )
         lse = new_lse
-    return o
+    return (o, lse[..., 0]) if return_lse else o
+
+
+def tiles_style(q, k, v, block_size, is_causal=False, **options):
+    """Queries in blocks too (FlashAttention-2's loop order), skipping the key blocks that lie
+    wholly after a causal query block; the log-sum-exp through **options."""
+    outs, lses = [], []
+    for i in range(0, q.size(-2), block_size):
+        q_i = q[..., i : i + block_size, :]
+        m = torch.full((*q_i.shape[:-1], 1), float("-inf"), dtype=q.dtype)
+        total, o = torch.zeros_like(m), torch.zeros(*q_i.shape[:-1], v.size(-1), dtype=q.dtype)
+        rows = torch.arange(i, i + q_i.size(-2)).unsqueeze(-1)
+        stop = min(i + q_i.size(-2), k.size(-2)) if is_causal else k.size(-2)
+        for j in range(0, stop, block_size):
+            s = torch.einsum("...ld,...sd->...ls", q_i, k[..., j : j + block_size, :])
+            s = s / q.size(-1) ** 0.5
+            if is_causal:
+                s[..., torch.arange(j, j + s.size(-1)) > rows] = float("-inf")
+            m_new = torch.max(m, s.max(-1, keepdim=True).values)
+            p, c = (s - m_new).exp(), (m - m_new).exp()
+            total, o, m = (
+                total * c + p.sum(-1, keepdim=True),
+                o * c + p @ v[..., j : j + block_size, :],
+                m_new,
+            )
+        outs.append(o / total)
+        lses.append((m + total.log()).squeeze(-1))
+    out = torch.cat(outs, dim=-2)
+    return (out, torch.cat(lses, dim=-1)) if options.get("return_lse") else out
 
 
 @pytest.mark.parametrize(
     "candidate",
-    [reference.attention_in_blocks, normalised_style, logsumexp_style],
-    ids=["reference (the lesson's answer)", "normalised running output", "log-sum-exp"],
+    [reference.attention_in_blocks, normalised_style, logsumexp_style, tiles_style],
+    ids=[
+        "reference (the lesson's answer)",
+        "normalised running output, four arguments",
+        "log-sum-exp",
+        "queries in blocks too, causal blocks skipped",
+    ],
 )
 def test_accepts_correct_answers(candidate, capsys):
     passes(candidate, capsys)
 
 
+def test_tests_the_flags_only_where_the_signature_takes_them(capsys):
+    for candidate, cases in [
+        (normalised_style, 8),  # the older signature: the plain cases and the memory case
+        (
+            lambda q, k, v, block_size, is_causal=False: logsumexp_style(
+                q, k, v, block_size, is_causal
+            ),
+            13,
+        ),
+        (reference.attention_in_blocks, 16),  # plus 4 causal, 1 causal memory, 3 log-sum-exp
+    ]:
+        out = passes(candidate, capsys)
+        assert f"all {cases} cases" in out, out
+
+
 # ---------------------------------------------------------------- the classic mistakes
 
 
+def causal_future(causal, j, L, width):
+    """The keys of the block starting at j that ``causal`` masks, for each of the L queries."""
+    rows = torch.arange(L)[:, None]
+    cols = torch.arange(width) if causal == "block positions" else torch.arange(j, j + width)
+    if causal == "inverted":
+        return cols < rows
+    if causal == "inverted, diagonal":
+        return cols <= rows
+    if causal == "diagonal":
+        return cols >= rows
+    return cols > rows
+
+
 def mistaken(*, rescale_sum=True, rescale_out=True, subtract_max=True, running_max=True,
-             divide_inside=False, accumulate=True, divide_at_end=True, scale=True):  # fmt: skip
+             divide_inside=False, accumulate=True, divide_at_end=True, scale=True,
+             causal="right", lse="right"):  # fmt: skip
     """The lesson's answer written with one mistake, the way a learner would write it."""
 
-    def attention_in_blocks(q, k, v, block_size):
+    def attention_in_blocks(q, k, v, block_size, is_causal=False, return_lse=False):
         m = q.new_full(q.shape[:-1] + (1,), -math.inf)
         sum_exp = q.new_zeros(q.shape[:-1] + (1,))
         o = q.new_zeros(q.shape[:-1] + v.shape[-1:])
+        if is_causal and causal == "full mask":  # the whole (L, S) mask, sliced per block
+            may_attend = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril()
         for j in range(0, k.size(-2), block_size):
             s = q @ k[..., j : j + block_size, :].transpose(-2, -1)
             if scale:
                 s = s / math.sqrt(q.size(-1))
+            if is_causal and causal == "full mask":
+                future = ~may_attend[:, j : j + block_size]
+            elif is_causal and causal != "ignored":
+                future = causal_future(causal, j, *s.shape[-2:])
+            else:
+                future = None
+            if future is not None and causal != "after exp":
+                s = s.masked_fill(future, 0.0 if causal == "zero" else -math.inf)
             block_max = s.amax(dim=-1, keepdim=True)
             m_new = torch.maximum(m, block_max) if running_max else block_max
             if subtract_max:
                 rescale, p = torch.exp(m - m_new), torch.exp(s - m_new)
             else:
                 rescale, p = 1.0, torch.exp(s)
+            if is_causal and causal == "after exp":
+                p = p * ~future
             if accumulate:
                 sum_exp = sum_exp * (rescale if rescale_sum else 1.0) + p.sum(dim=-1, keepdim=True)
                 o = o * (rescale if rescale_out else 1.0) + p @ v[..., j : j + block_size, :]
@@ -99,7 +178,16 @@ def mistaken(*, rescale_sum=True, rescale_out=True, subtract_max=True, running_m
             if divide_inside:
                 o = o / sum_exp
             m = m_new
-        return o / sum_exp if divide_at_end and not divide_inside else o
+        out = o / sum_exp if divide_at_end and not divide_inside else o
+        if not return_lse:
+            return out
+        return out, {
+            "right": (m + sum_exp.log()).squeeze(-1),
+            "log of the sum": sum_exp.log().squeeze(-1),
+            "max": m.squeeze(-1),
+            "no log": (m + sum_exp).squeeze(-1),
+            "keepdim": m + sum_exp.log(),
+        }[lse]
 
     return attention_in_blocks
 
@@ -129,9 +217,9 @@ def full_matrix(q, k, v, block_size):
         (mistaken(divide_inside=True), "you divided by the running sum inside the loop"),
         (each_block_softmax, "you normalised each block on its own"),
         (mistaken(accumulate=False), "the last block of keys only"),
-        (mistaken(divide_at_end=False), "return o / ℓ"),
+        (mistaken(divide_at_end=False), "one division by the running sum ℓ, after the loop"),
         (mistaken(scale=False), "the scores are not scaled"),
-        (full_matrix, "builds the full (..., L, S) = (..., 5, 12) score matrix"),
+        (full_matrix, "builds a tensor of shape (..., L, S) = (..., 5, 12)"),
     ],
     ids=[
         "sum not rescaled",
@@ -149,6 +237,50 @@ def full_matrix(q, k, v, block_size):
 )
 def test_names_each_classic_mistake(candidate, phrase):
     fails_with(candidate, "Likely cause", phrase)
+
+
+FLAG_MISTAKES = [  # (the mistake, the case it fails, a phrase of its likely cause)
+    ({"causal": "ignored"}, "is_causal=True", "is_causal=True is ignored"),
+    ({"causal": "block positions"}, "is_causal=True", "the block's start j plus its index"),
+    ({"causal": "inverted"}, "is_causal=True", "the causal mask is inverted"),
+    ({"causal": "inverted, diagonal"}, "is_causal=True", "the causal mask is inverted"),
+    ({"causal": "diagonal"}, "is_causal=True", "the diagonal is masked too"),
+    ({"causal": "zero"}, "is_causal=True", "the masked scores were set to 0"),
+    ({"causal": "after exp"}, "is_causal=True", "the mask was applied after the exp"),
+    ({"causal": "full mask"}, "is_causal=True", "the whole (L, S) causal mask is built"),
+    ({"lse": "log of the sum"}, "return_lse=True", "your log-sum-exp is log ℓ alone"),
+    ({"lse": "max"}, "return_lse=True", "your log-sum-exp is the running max m alone"),
+    ({"lse": "no log"}, "return_lse=True", "your log-sum-exp is m + ℓ"),
+    ({"lse": "keepdim"}, "return_lse=True", "without the trailing axis of size 1"),
+]
+
+
+@pytest.mark.parametrize(
+    "mistake, case, phrase", FLAG_MISTAKES, ids=[str(m) for m, _, _ in FLAG_MISTAKES]
+)
+def test_names_each_mistake_of_the_flags(mistake, case, phrase):
+    message = fails_with(mistaken(**mistake), "Likely cause", phrase)
+    assert message.startswith(f"Case '{case}")
+
+
+def test_masking_after_the_exp_passes_ordinary_scores_and_fails_where_later_keys_are_huge():
+    message = fails_with(mistaken(causal="after exp"), "NaN")
+    assert "Case 'is_causal=True, the later keys score up to 1000" in message
+
+
+def test_the_pair_only_when_asked_for():
+    def always_a_pair(q, k, v, block_size, is_causal=False, return_lse=False):
+        return reference_pair(q, k, v, block_size, is_causal)
+
+    def never_a_pair(q, k, v, block_size, is_causal=False, return_lse=False):
+        return reference_pair(q, k, v, block_size, is_causal)[0]
+
+    fails_with(always_a_pair, "your result is a tuple", "only when return_lse=True")
+    fails_with(never_a_pair, "with return_lse=True your result is a tensor", "pair")
+
+
+def reference_pair(q, k, v, block_size, is_causal):
+    return logsumexp_style(q, k, v, block_size, is_causal=is_causal, return_lse=True)
 
 
 def test_the_max_not_subtracted_passes_small_scores_and_fails_on_huge_ones():

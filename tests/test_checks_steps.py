@@ -21,8 +21,7 @@ STEPS = [
     ("EncoderStack", "04", checks.check_encoder_stack),
     ("previous_token_score", "05", checks.check_previous_token_score),
     ("mean_pool", "05", checks.check_mean_pool),
-    ("attention_flops", "06", checks.check_attention_flops),
-    ("scores_memory", "06", checks.check_scores_memory),
+    ("attention_cost", "06", checks.check_attention_cost),
 ]
 
 

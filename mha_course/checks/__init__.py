@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ._failure import ExerciseFailure, NotDoneYet
 from .attention import check_scaled_dot_product_attention, check_softmax
-from .costs import check_attention_flops, check_scores_memory
+from .costs import check_attention_cost, check_attention_flops, check_scores_memory
 from .encoder import check_encoder_layer
 from .encoder_outputs import check_mean_pool, check_previous_token_score
 from .encoder_parts import check_encoder_stack, check_feed_forward
@@ -49,6 +49,7 @@ __all__ = [
     "check_previous_token_score",
     "check_mean_pool",
     # lesson 06
+    "check_attention_cost",
     "check_attention_flops",
     "check_scores_memory",
     "check_attention_in_blocks",
