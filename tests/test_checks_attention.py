@@ -488,7 +488,11 @@ def test_sdpa_a_float_mask_inverted_with_tilde_crashes_with_its_case():
         return weights @ value, weights
 
     fails_with(
-        check_scaled_dot_product_attention, tilde_on_float, "Case 'a float mask (4, 6)", "raised"
+        check_scaled_dot_product_attention,
+        tilde_on_float,
+        "Case 'a float mask (4, 6)",
+        "raised",
+        "a float mask is added to the scores; ~ and masked_fill are for a bool mask",
     )
 
 

@@ -664,6 +664,12 @@ def _full_cases(causal: bool):
         )
 
 
+_FLOAT_MASK_CRASH = (
+    "a float mask is added to the scores; ~ and masked_fill are for a bool mask. Tell the two "
+    "kinds apart first: attn_mask.dtype == torch.bool."
+)
+
+
 def _in_double(kwargs: dict) -> dict:
     mask = kwargs.get("attn_mask")
     if mask is None or mask.dtype == torch.bool:
@@ -696,8 +702,10 @@ def _check_full_signature(candidate, causal: bool) -> int:
     n = 0
     for case, q, k, v, kwargs in _full_cases(causal):
         mask = kwargs.get("attn_mask")
+        floating = mask is not None and mask.is_floating_point()
+        hint = _FLOAT_MASK_CRASH if floating else _CRASH_HINT
         got = call_candidate(
-            candidate, case, q.clone(), k.clone(), v.clone(), crash_hint=_CRASH_HINT, **kwargs
+            candidate, case, q.clone(), k.clone(), v.clone(), crash_hint=hint, **kwargs
         )
         if not (isinstance(got, tuple) and len(got) == 2):
             raise ExerciseFailure(f"Case {case!r}: return a tuple (output, weights).")
