@@ -44,6 +44,9 @@ __all__ = [
     "attention_flops",
     "scores_memory",
     "attention_cost",
+    "soft_lookup",
+    "may_attend_mask",
+    "SelfAttention",
 ]
 
 
@@ -52,9 +55,29 @@ def softmax(scores: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores, dim=-1)
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None):
-    """Lesson 01: ``(output, weights)``; a bool ``attn_mask`` is True where a query may attend."""
-    return _sdpa(query, key, value, attn_mask=attn_mask)
+def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
+    """Lesson 01: ``(output, weights)``; a bool ``attn_mask`` is True where a query may attend, a
+    float one is added to the scores; ``is_causal``: query i may attend to keys 0..i; ``scale``
+    defaults to 1/√d_k. A query with nothing to attend to gets zero weights and a zero output."""
+    return _sdpa(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+
+
+class SelfAttention(torch.nn.Module):
+    """Lesson 01: one head of self-attention, softmax((x W^Q)(x W^K)ᵀ / √d_k) (x W^V).
+
+    ``q_proj``, ``k_proj`` (d_model -> d_k) and ``v_proj`` (d_model -> d_v, d_v = d_k by default)
+    are ``nn.Linear`` without bias; ``forward(x (..., L, d_model), attn_mask=None)`` returns
+    ``(output (..., L, d_v), weights (..., L, L))``, ``attn_mask`` as ``scaled_dot_product_attention``'s.
+    """
+
+    def __init__(self, d_model, d_k, d_v=None):
+        super().__init__()
+        self.q_proj = torch.nn.Linear(d_model, d_k, bias=False)  # W^Q
+        self.k_proj = torch.nn.Linear(d_model, d_k, bias=False)  # W^K
+        self.v_proj = torch.nn.Linear(d_model, d_k if d_v is None else d_v, bias=False)  # W^V
+
+    def forward(self, x, attn_mask=None):
+        return _sdpa(self.q_proj(x), self.k_proj(x), self.v_proj(x), attn_mask=attn_mask)
 
 
 class MultiHeadAttention(torch.nn.Module):
@@ -171,7 +194,7 @@ def attention_in_blocks(q, k, v, block_size, is_causal=False, return_lse=False):
 # Each step of the lessons' longer exercises, on its own: what a learner writes before putting the
 # pieces together.
 
-# Lesson 00: the two matmuls of attention.
+# Lesson 00: the two matmuls of attention (the steps of ``soft_lookup``), and the lookup itself.
 
 
 def pairwise_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -185,7 +208,33 @@ def weighted_average(weights: torch.Tensor, values: torch.Tensor) -> torch.Tenso
     return weights @ values
 
 
-# Lesson 01: the scaled scores and the two masks (bool, True where a query may attend).
+def soft_lookup(query, keys, values, temperature=1.0):
+    """query (..., L, E), keys (..., S, E), values (..., S, Ev) -> (result (..., L, Ev), weights
+    (..., L, S)): weights = softmax(query · key / temperature) over the keys, result = weights @
+    values. ``temperature=0`` is the limit: equal weights on the best-matching keys, 0 elsewhere.
+    A negative temperature, or sizes that do not pair up, raise ValueError."""
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if query.size(-1) != keys.size(-1):
+        raise ValueError(
+            f"query and keys must have the same size E to be compared: query has E={query.size(-1)}, "
+            f"keys have E={keys.size(-1)}"
+        )
+    if keys.size(-2) != values.size(-2):
+        raise ValueError(
+            f"one value per key: keys have S={keys.size(-2)}, values have S={values.size(-2)}"
+        )
+    scores = pairwise_dot(query, keys)
+    if temperature == 0:
+        best = (scores == scores.amax(dim=-1, keepdim=True)).to(scores.dtype)
+        weights = best / best.sum(dim=-1, keepdim=True)
+    else:
+        weights = torch.softmax(scores / temperature, dim=-1)
+    return weighted_average(weights, values), weights
+
+
+# Lesson 01: the scaled scores, the two masks and the mask that combines them (bool, True where a
+# query may attend).
 
 
 def attention_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
@@ -201,6 +250,22 @@ def padding_mask(lengths: torch.Tensor, S: int) -> torch.Tensor:
 def causal_mask(L: int) -> torch.Tensor:
     """Bool (L, L), True where key j <= query i: a query sees itself and the past."""
     return _causal_mask(L, L)
+
+
+def may_attend_mask(
+    S: int, lengths: torch.Tensor | None = None, causal: bool = False
+) -> torch.Tensor:
+    """Self-attention over S positions: bool (S, S), or (B, S, S) with ``lengths`` (B,), True where
+    query i may attend to key j: key j is a real token (j < lengths[b]) and, if ``causal``, j <= i.
+    The pads' own rows are not masked (their outputs are ignored later)."""
+    device = None if lengths is None else lengths.device
+    if causal:
+        mask = _causal_mask(S, S, device=device)
+    else:
+        mask = torch.ones(S, S, dtype=torch.bool, device=device)
+    if lengths is not None:
+        mask = mask & padding_mask(lengths, S)[:, None, :]
+    return mask
 
 
 # Lesson 02: the features split into heads, and merged back.

@@ -9,9 +9,15 @@ from einops import einsum
 from torch.nn.functional import scaled_dot_product_attention as torch_sdpa
 
 import mha_course
-from mha_course.checks import check_scaled_dot_product_attention, check_softmax
+from mha_course import reference
+from mha_course.checks import (
+    check_scaled_dot_product_attention,
+    check_self_attention,
+    check_softmax,
+)
+from mha_course.checks.attention import _variant
 
-from checker_helpers import NOTEBOOK_IMPORTS, fails_with, notebook_cell, passes
+from checker_helpers import NOTEBOOK_IMPORTS, fails_with, not_done, notebook_cell, passes, skeleton
 
 # ---------------------------------------------------------------- softmax
 
@@ -41,10 +47,42 @@ def test_softmax_accepts_correct_answers(candidate, capsys):
         (lambda s: s.exp() / s.exp().sum(-1, keepdim=True), "exp overflowed"),
         (lambda s: s.exp(), "did not divide"),
         (lambda s: s.exp() / s.exp().sum(), "sum of the whole tensor"),
+        (
+            lambda s: (lambda e: e / e.sum(dim=0, keepdim=True))(
+                (s - s.amax(-1, keepdim=True)).exp()
+            ),
+            "you subtracted each row's max (right), but then divided by sums over the first axis",
+        ),
+        (
+            lambda s: (
+                softmax_stable(s - s.amax(0, keepdim=True)) * 0
+                + (lambda e: e / e.sum(-1, keepdim=True))((s - s.amax(0, keepdim=True)).exp())
+            ),
+            "you subtracted each column's max",
+        ),
+        (
+            lambda s: (lambda e: e / e.sum(-1, keepdim=True))((s - s.amax(-1)).exp()),
+            "keepdim=True",
+        ),
     ],
 )
 def test_softmax_names_the_mistake(candidate, phrase):
     fails_with(check_softmax, candidate, "Likely cause", phrase)
+
+
+def test_softmax_the_skeletons_first_step_then_the_wrong_sum_is_diagnosed():
+    """Lesson 00's skeleton starts with the row max subtracted; summing over dim 0 after it is the
+    classic slip, and it must not be blamed on the axis of the max."""
+
+    def softmax(scores):
+        shifted = scores - scores.amax(dim=-1, keepdim=True)
+        e = shifted.exp()
+        return e / e.sum(dim=0, keepdim=True)
+
+    message = fails_with(
+        check_softmax, softmax, "Case 'a (3, 4) matrix", "sums over the first axis"
+    )
+    assert "column's max" not in message and len(message.splitlines()) <= 15
 
 
 def test_not_done_yet_prints_and_returns(capsys):
@@ -355,3 +393,254 @@ def test_sdpa_unstable_softmax_is_caught():
         return w @ value, w
 
     fails_with(check_scaled_dot_product_attention, naive, "huge scores", "exp overflowed")
+
+
+# ---------------------------------------------------------------- the lesson's full signature
+
+
+def sdpa_full(query, key, value, attn_mask=None, is_causal=False, scale=None):
+    """The lesson's answer: scale, bool and float masks, is_causal, no NaN for an empty query."""
+    if scale is None:
+        scale = 1 / math.sqrt(query.size(-1))
+    scores = query @ key.transpose(-2, -1) * scale
+    if is_causal:
+        attn_mask = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool).tril()
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    nothing = scores.isneginf().all(dim=-1, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(nothing, 0.0), dim=-1).masked_fill(nothing, 0.0)
+    return weights @ value, weights
+
+
+def sdpa_where(query, key, value, attn_mask=None, is_causal=False, scale=None):
+    """Another style: torch.where, the causal mask from a comparison, NaN turned into 0."""
+    scale = query.size(-1) ** -0.5 if scale is None else scale
+    scores = einsum(query, key, "... l e, ... s e -> ... l s") * scale
+    if is_causal:
+        L, S = query.size(-2), key.size(-2)
+        attn_mask = torch.arange(S)[None, :] <= torch.arange(L)[:, None]
+    if attn_mask is not None:
+        bias = (
+            attn_mask if attn_mask.is_floating_point() else torch.where(attn_mask, 0.0, -math.inf)
+        )
+        scores = scores + bias
+    weights = torch.nan_to_num(scores.softmax(-1), nan=0.0)
+    return weights @ value, weights
+
+
+def sdpa_scale_only(query, key, value, attn_mask=None, scale=None):
+    """Accepts scale but not is_causal: held to the scale, float masks and empty queries."""
+    return sdpa_full(query, key, value, attn_mask=attn_mask, scale=scale)
+
+
+@pytest.mark.parametrize("candidate", [sdpa_full, sdpa_where, sdpa_scale_only, _variant()])
+def test_sdpa_with_the_lessons_signature_accepts_every_correct_style(candidate, capsys):
+    out = passes(check_scaled_dot_product_attention, candidate, capsys)
+    assert "all 14 cases" in out or "all 16 cases" in out  # 7 older cases, 7 or 9 new ones
+
+
+def test_sdpa_an_older_candidate_is_held_to_the_older_cases_only(capsys):
+    assert "all 7 cases" in passes(check_scaled_dot_product_attention, sdpa_matmul, capsys)
+
+
+@pytest.mark.parametrize(
+    "flaw, phrases",
+    [
+        ({"scale_rule": "ignored"}, ["Case 'scale = 0.5 given", "the scale argument is ignored"]),
+        ({"scale_rule": "divided"}, ["you divided by the scale"]),
+        ({"float_mask": "ignored"}, ["Case 'a float mask (4, 6)", "the float mask is ignored"]),
+        ({"float_mask": "multiplied"}, ["multiplied into the scores"]),
+        ({"bool_fill": -1e9, "empty": "nan"}, ["equal weights on every key", "instead of -inf"]),
+        (
+            {"empty": "nan"},
+            ["where query 1 may attend to nothing", "your weights contain NaN", "0/0 = NaN"],
+        ),
+        ({"causal": "ignored"}, ["Case 'is_causal=True, L = S = 5'", "is_causal=True is ignored"]),
+        ({"causal": "triu"}, ["each query sees the future"]),
+        ({"causal": "tril(-1)"}, ["the diagonal is missing"]),
+        ({"causal": "bottom-right"}, ["4 queries and 6 keys", "aligned top-left"]),
+    ],
+)
+def test_sdpa_names_each_mistake_of_the_lessons_signature(flaw, phrases):
+    message = fails_with(
+        check_scaled_dot_product_attention, _variant(**flaw), "Likely cause", *phrases
+    )
+    assert len(message.splitlines()) <= 15
+
+
+def test_sdpa_a_float_mask_read_as_bool_is_named():
+    def float_as_bool(query, key, value, attn_mask=None, is_causal=False, scale=None):
+        if attn_mask is not None and attn_mask.is_floating_point():
+            attn_mask = attn_mask.bool()  # 0 -> False: the allowed keys become blocked
+        return sdpa_full(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+
+    fails_with(check_scaled_dot_product_attention, float_as_bool, "Case 'a float", "Likely cause")
+
+
+def test_sdpa_a_float_mask_inverted_with_tilde_crashes_with_its_case():
+    def tilde_on_float(query, key, value, attn_mask=None, is_causal=False, scale=None):
+        scores = query @ key.mT * (query.size(-1) ** -0.5 if scale is None else scale)
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        weights = scores.softmax(-1)
+        return weights @ value, weights
+
+    fails_with(
+        check_scaled_dot_product_attention,
+        tilde_on_float,
+        "Case 'a float mask (4, 6)",
+        "raised",
+        "a float mask is added to the scores; ~ and masked_fill are for a bool mask",
+    )
+
+
+# ---------------------------------------------------------------- SelfAttention
+
+
+class SelfAttentionAnswer(torch.nn.Module):
+    """The lesson's answer, on the learner's attention (here the lesson's full signature)."""
+
+    def __init__(self, d_model, d_k, d_v=None):
+        super().__init__()
+        self.q_proj = torch.nn.Linear(d_model, d_k, bias=False)
+        self.k_proj = torch.nn.Linear(d_model, d_k, bias=False)
+        self.v_proj = torch.nn.Linear(d_model, d_k if d_v is None else d_v, bias=False)
+
+    def forward(self, x, attn_mask=None):
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return sdpa_full(q, k, v, attn_mask=attn_mask)
+
+
+class SelfAttentionMatrices(torch.nn.Module):
+    """Another style: the weights used as matrices, the package's attention."""
+
+    def __init__(self, d_model, d_k, d_v=None):
+        super().__init__()
+        self.q_proj, self.k_proj = (torch.nn.Linear(d_model, d_k, bias=False) for _ in range(2))
+        self.v_proj = torch.nn.Linear(d_model, d_v or d_k, bias=False)
+
+    def forward(self, x, attn_mask=None):
+        q, k, v = (x @ p.weight.T for p in (self.q_proj, self.k_proj, self.v_proj))
+        return mha_course.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+
+
+@pytest.mark.parametrize(
+    "candidate", [reference.SelfAttention, SelfAttentionAnswer, SelfAttentionMatrices]
+)
+def test_self_attention_accepts_every_correct_style(candidate, capsys):
+    passes(check_self_attention, candidate, capsys)
+
+
+def one_head(flaw):
+    class Flawed(SelfAttentionAnswer):
+        def forward(self, x, attn_mask=None):
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+            q, k, v, attn_mask = flaw(self, x, q, k, v, attn_mask)
+            return sdpa_full(q, k, v, attn_mask=attn_mask)
+
+    return Flawed
+
+
+@pytest.mark.parametrize(
+    "flaw, phrase",
+    [
+        (lambda m, x, q, k, v, mask: (q, m.q_proj(x), v, mask), "projected with the query weights"),
+        (lambda m, x, q, k, v, mask: (k, q, v, mask), "the queries and the keys are swapped"),
+        (lambda m, x, q, k, v, mask: (q, k, x, mask), "the values are x itself"),
+        (lambda m, x, q, k, v, mask: (q, k, v, None), "hand attn_mask on"),
+    ],
+)
+def test_self_attention_names_each_mistake(flaw, phrase):
+    fails_with(check_self_attention, one_head(flaw), "Likely cause", phrase)
+
+
+def test_self_attention_values_projected_with_the_key_weights():
+    class ValuesWithKeys(SelfAttentionAnswer):
+        def forward(self, x, attn_mask=None):
+            return sdpa_full(self.q_proj(x), self.k_proj(x), self.k_proj(x), attn_mask=attn_mask)
+
+    fails_with(check_self_attention, ValuesWithKeys, "Case 'one sentence", "with the key weights")
+
+
+def test_self_attention_projections_are_held_to_their_spec():
+    class WithBias(SelfAttentionAnswer):
+        def __init__(self, d_model, d_k, d_v=None):
+            super().__init__(d_model, d_k, d_v)
+            self.k_proj = torch.nn.Linear(d_model, d_k)
+
+    class NoDv(SelfAttentionAnswer):
+        def __init__(self, d_model, d_k, d_v=None):
+            super().__init__(d_model, d_k)
+
+    class Missing(torch.nn.Module):
+        def __init__(self, d_model, d_k, d_v=None):
+            super().__init__()
+            self.query = torch.nn.Linear(d_model, d_k, bias=False)
+
+    fails_with(check_self_attention, WithBias, "your k_proj has a bias", "bias=False")
+    fails_with(
+        check_self_attention,
+        NoDv,
+        "Case 'a batch",
+        "v_proj.weight has shape (8, 16), expected (4, 16)",
+    )
+    fails_with(check_self_attention, Missing, "has no `q_proj`")
+    fails_with(check_self_attention, SelfAttentionAnswer(4, 2), "not an instance")
+
+
+def test_self_attention_on_an_unfinished_or_wrong_attention_says_so(capsys):
+    cells: dict = {}
+    notebook_cell(
+        NOTEBOOK_IMPORTS
+        + "def scaled_dot_product_attention(query, key, value, attn_mask=None):\n    raise NotImplementedError\n",
+        cells,
+        1,
+    )
+    notebook_cell(
+        """
+        class SelfAttention(nn.Module):
+            def __init__(self, d_model, d_k, d_v=None):
+                super().__init__()
+                self.q_proj = nn.Linear(d_model, d_k, bias=False)
+                self.k_proj = nn.Linear(d_model, d_k, bias=False)
+                self.v_proj = nn.Linear(d_model, d_v or d_k, bias=False)
+
+            def forward(self, x, attn_mask=None):
+                q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+                return scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        """,
+        cells,
+        2,
+    )
+    fails_with(
+        check_self_attention,
+        cells["SelfAttention"],
+        "calls your scaled_dot_product_attention, which is not done yet",
+    )
+    notebook_cell(
+        "def scaled_dot_product_attention(query, key, value, attn_mask=None):\n"
+        "    w = (query @ key.mT).softmax(-1)\n    return w @ value, w\n",
+        cells,
+        3,
+    )
+    fails_with(
+        check_self_attention,
+        cells["SelfAttention"],
+        "which does not pass its check yet",
+        "not scaled",
+        "check_scaled_dot_product_attention(scaled_dot_product_attention)",
+    )
+    cells["scaled_dot_product_attention"] = sdpa_matmul
+    passes(check_self_attention, cells["SelfAttention"], capsys)
+
+
+def test_self_attention_not_done(capsys):
+    class Skeleton(torch.nn.Module):
+        def __init__(self, d_model, d_k, d_v=None):
+            super().__init__()
+            raise NotImplementedError
+
+    not_done(check_self_attention, Skeleton, capsys)
+    not_done(check_scaled_dot_product_attention, skeleton, capsys)

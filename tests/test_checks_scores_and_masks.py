@@ -8,7 +8,12 @@ import torch
 from einops import einsum
 
 from mha_course import reference
-from mha_course.checks import check_attention_scores, check_causal_mask, check_padding_mask
+from mha_course.checks import (
+    check_attention_scores,
+    check_causal_mask,
+    check_may_attend_mask,
+    check_padding_mask,
+)
 
 from checker_helpers import fails_with, not_done, passes, skeleton
 
@@ -204,3 +209,132 @@ def test_causal_mask_a_fixed_size_is_caught():
         "Case 'L = 1'",
         "expected (1, 1)",
     )
+
+
+# ---------------------------------------------------------------- may_attend_mask
+
+
+def may_attend(S, lengths=None, causal=False):
+    """The lesson's answer."""
+    device = None if lengths is None else lengths.device
+    positions = torch.arange(S, device=device)
+    if causal:
+        mask = positions[None, :] <= positions[:, None]
+    else:
+        mask = torch.ones(S, S, dtype=torch.bool, device=device)
+    if lengths is not None:
+        mask = mask & (positions < lengths[:, None])[:, None, :]
+    return mask
+
+
+def may_attend_loop(S, lengths=None, causal=False):
+    rows = [[not causal or j <= i for j in range(S)] for i in range(S)]
+    if lengths is None:
+        return torch.tensor(rows)
+    return torch.tensor(
+        [[[r[j] and j < n for j in range(S)] for r in rows] for n in lengths.tolist()]
+    )
+
+
+def may_attend_from_the_steps(S, lengths=None, causal=False):
+    mask = reference.causal_mask(S) if causal else torch.ones(S, S, dtype=torch.bool)
+    if lengths is not None:
+        mask = mask.expand(len(lengths), S, S) & reference.padding_mask(lengths, S).unsqueeze(1)
+    return mask
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [reference.may_attend_mask, may_attend, may_attend_loop, may_attend_from_the_steps],
+)
+def test_may_attend_mask_accepts_every_correct_style(candidate, capsys):
+    passes(check_may_attend_mask, candidate, capsys)
+
+
+def flawed(causal_part=None, padding_part=None, combine=None):
+    """The lesson's answer with one part replaced."""
+
+    def mask(S, lengths=None, causal=False):
+        m = (
+            (causal_part or reference.causal_mask)(S)
+            if causal
+            else torch.ones(S, S, dtype=torch.bool)
+        )
+        if lengths is None:
+            return m
+        pad = (padding_part or (lambda n, S: (torch.arange(S) < n[:, None])[:, None, :]))(
+            lengths, S
+        )
+        return (combine or (lambda a, b: a & b))(m, pad)
+
+    return mask
+
+
+def ones(S):
+    return torch.ones(S, S, dtype=torch.bool)
+
+
+@pytest.mark.parametrize(
+    "candidate, phrase",
+    [
+        (flawed(causal_part=lambda S: ones(S).triu()), "lets each query see the future"),
+        (flawed(causal_part=lambda S: ones(S).triu(1)), "the causal part is inverted"),
+        (flawed(causal_part=lambda S: ones(S).tril(-1)), "the diagonal is missing"),
+        (flawed(causal_part=ones), "causal=True is ignored"),
+        (
+            flawed(padding_part=lambda n, S: (torch.arange(S) >= n[:, None])[:, None, :]),
+            "the padding part is inverted",
+        ),
+        (
+            flawed(padding_part=lambda n, S: (torch.arange(S) <= n[:, None])[:, None, :]),
+            "not <=",
+        ),
+        (
+            flawed(padding_part=lambda n, S: (torch.arange(S) < n[:, None])[:, :, None]),
+            "you blocked the pads' own rows (their queries)",
+        ),
+        (
+            flawed(
+                padding_part=lambda n, S: (
+                    (torch.arange(S) < n[:, None])[:, None, :]
+                    & (torch.arange(S) < n[:, None])[:, :, None]
+                )
+            ),
+            "Only the keys are masked",
+        ),
+        (flawed(combine=lambda a, b: a | b), "combined with 'or'"),
+        (
+            flawed(padding_part=lambda n, S: torch.ones(len(n), 1, S, dtype=torch.bool)),
+            "the lengths are ignored",
+        ),
+    ],
+)
+def test_may_attend_mask_names_each_mistake(candidate, phrase):
+    fails_with(check_may_attend_mask, candidate, "Likely cause", phrase)
+
+
+def test_may_attend_mask_shape_dtype_and_not_done(capsys):
+    def one_row(S, lengths=None, causal=False):
+        if lengths is None:
+            return may_attend(S, causal=causal)
+        return (torch.arange(S) < lengths[:, None])[:, None, :]
+
+    fails_with(
+        check_may_attend_mask,
+        one_row,
+        "Case 'lengths [4, 2], S = 4, causal=True'",
+        "expected (2, 4, 4)",
+        "your mask is (B, 1, S): right for padding alone",
+    )
+    fails_with(
+        check_may_attend_mask,
+        lambda S, lengths=None, causal=False: may_attend(S, lengths, causal).float(),
+        "a torch.float32 tensor (its True/False pattern is right)",
+        "already bool",
+    )
+    fails_with(
+        check_may_attend_mask,
+        lambda S, lengths=None, causal=False: may_attend(S, lengths, causal).squeeze(0)[:1],
+        "expected (4, 4)",
+    )
+    not_done(check_may_attend_mask, skeleton, capsys)

@@ -4,7 +4,7 @@ protocol every checker keeps; :mod:`mha_course.exercises` is the registry that n
 from __future__ import annotations
 
 from ._failure import ExerciseFailure, NotDoneYet
-from .attention import check_scaled_dot_product_attention, check_softmax
+from .attention import check_scaled_dot_product_attention, check_self_attention, check_softmax
 from .costs import check_attention_cost, check_attention_flops, check_scores_memory
 from .encoder import check_encoder_layer
 from .encoder_outputs import check_mean_pool, check_previous_token_score
@@ -14,22 +14,30 @@ from .heads import check_merge_heads, check_split_heads
 from .layers import check_layer_norm, check_positional_encoding
 from .multihead import check_multi_head_attention
 from .pretrained import check_load_layer, check_weight_map
-from .scores_and_masks import check_attention_scores, check_causal_mask, check_padding_mask
+from .scores_and_masks import (
+    check_attention_scores,
+    check_causal_mask,
+    check_may_attend_mask,
+    check_padding_mask,
+)
 from .sublayers import check_post_ln_sublayer, check_pre_ln_sublayer
-from .warmups import check_pairwise_dot, check_weighted_average
+from .warmups import check_pairwise_dot, check_soft_lookup, check_weighted_average
 
 __all__ = [
     "ExerciseFailure",
     "NotDoneYet",
     # lesson 00
     "check_softmax",
-    "check_pairwise_dot",
+    "check_soft_lookup",
+    "check_pairwise_dot",  # the steps of soft_lookup; no longer an exercise of their own
     "check_weighted_average",
     # lesson 01
     "check_attention_scores",
-    "check_padding_mask",
+    "check_may_attend_mask",
+    "check_padding_mask",  # the parts of may_attend_mask; no longer exercises of their own
     "check_causal_mask",
     "check_scaled_dot_product_attention",
+    "check_self_attention",
     # lesson 02
     "check_split_heads",
     "check_merge_heads",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -18,12 +19,13 @@ from ._core import (
     compare,
     require_shape,
 )
-from ._failure import ExerciseFailure
-from ._steps import seeded_randn
+from ._failure import ExerciseFailure, NotDoneYet
+from ._steps import build_module, seeded_randn
 
 __all__ = [
     "check_softmax",
     "check_scaled_dot_product_attention",
+    "check_self_attention",
     "ATTENTION_ROUTINES",
     "keys_summed_hint",
     "call_attention",
@@ -46,6 +48,20 @@ _SOFTMAX_MISTAKES = [
         "you normalised over the first axis; softmax goes over the last one (dim=-1), so each row sums to 1.",
     ),
     Mistake(
+        "max subtracted, summed over the first axis",
+        lambda s: _shifted_exp(s) / _shifted_exp(s).sum(dim=0, keepdim=True),
+        "you subtracted each row's max (right), but then divided by sums over the first axis "
+        "(dim=0), one per column; divide each row by its own sum: .sum(dim=-1, keepdim=True).",
+    ),
+    Mistake(
+        "each column's max subtracted",
+        lambda s: (lambda e: e / e.sum(dim=-1, keepdim=True))(
+            (s - s.amax(dim=0, keepdim=True)).exp()
+        ),
+        "you subtracted each column's max (dim=0), a different number in every column of a row, "
+        "which changes the row's softmax; subtract each row's own max: .amax(dim=-1, keepdim=True).",
+    ),
+    Mistake(
         "not normalised",
         lambda s: s.exp(),
         "you took exp but did not divide by the row's sum: weights = e / e.sum(dim=-1, keepdim=True).",
@@ -61,6 +77,10 @@ _SOFTMAX_MISTAKES = [
         "the row sums need keepdim=True, otherwise they broadcast against the columns instead of the rows.",
     ),
 ]
+
+
+def _shifted_exp(s):
+    return (s - s.amax(dim=-1, keepdim=True)).exp()
 
 
 def _softmax_cases():
@@ -81,12 +101,18 @@ _SOFTMAX_OVERFLOW = (
 )
 
 
+_SOFTMAX_CRASH = (
+    "a shape mix-up. A row's max and a row's sum must keep their axis (keepdim=True) to line "
+    "up with the rows: shape (..., 1), not (...)."
+)
+
+
 @checker("softmax", "Replace `raise NotImplementedError` with your softmax over the last axis.")
 def check_softmax(candidate) -> int:
     """Check ``candidate(scores)`` = softmax over the last axis, stable for large scores."""
     n = 0
     for case, scores in _softmax_cases():
-        got = call_candidate(candidate, case, scores.clone())
+        got = call_candidate(candidate, case, scores.clone(), crash_hint=_SOFTMAX_CRASH)
         expected = torch.softmax(scores.double(), dim=-1)
         require_shape(
             case,
@@ -411,6 +437,296 @@ def _weights_shape_hint(w, ref_w: torch.Tensor, mask) -> str:
     )
 
 
+def _compare_attention(case, got, expected, q, k, v, mask, mistakes, args, weights_cause):
+    """Hold ``got = (output, weights)`` to ``expected``: order, shapes, then values, naming the
+    classic mistake (run on ``args``) that gives what the candidate gave."""
+    (out, w), (ref_out, ref_w) = got, expected
+    _in_order(case, out, w, ref_out, ref_w)
+    require_shape(case, "weights", w, ref_w.shape, _weights_shape_hint(w, ref_w, mask))
+    output_hint = "output is (..., L, Ev): weights (..., L, S) @ value (..., S, Ev)."
+    if isinstance(out, torch.Tensor) and out.shape[-1:] == k.shape[-1:] != v.shape[-1:]:
+        output_hint = (
+            "your output has the keys' size; it should mix the values: output = weights @ value."
+        )
+    require_shape(case, "output", out, ref_out.shape, output_hint)
+    compare(
+        case,
+        "weights",
+        w,
+        ref_w,
+        mistakes=mistakes,
+        args=args,
+        pick=lambda r: r[1],
+        cause=weights_cause(w),
+    )
+    compare(
+        case,
+        "outputs",
+        out,
+        ref_out,
+        mistakes=mistakes,
+        args=args,
+        pick=lambda r: r[0],
+        fallback_cause="the weights are right, so look at the last step: output = weights @ value.",
+    )
+
+
+# ---------------------------------------------------------------- the lesson's full signature
+# Lesson 01's skeleton is scaled_dot_product_attention(query, key, value, attn_mask=None,
+# is_causal=False, scale=None), with float masks and queries that may attend to nothing. A
+# candidate whose signature accepts ``scale`` is held to those too (``is_causal`` when it accepts
+# that); one written to the older skeleton, (query, key, value, attn_mask=None), to the cases above.
+
+
+def _accepts(candidate, name: str) -> bool:
+    try:
+        parameters = inspect.signature(candidate).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+
+def _variant(
+    scale_rule="given", float_mask="add", bool_fill=float("-inf"), empty="zero", causal="tril"
+):
+    """The lesson's attention with one flaw switched on (the defaults are right)."""
+
+    def attention_(query, key, value, attn_mask=None, is_causal=False, scale=None):
+        d_k, L, S = query.size(-1), query.size(-2), key.size(-2)
+        s = d_k**-0.5 if scale is None or scale_rule == "ignored" else scale
+        scores = _scores(query, key, 1 / s if scale_rule == "divided" and scale else s)
+        if is_causal and causal != "ignored":
+            diagonal = {"tril": 0, "tril(-1)": -1, "bottom-right": S - L}.get(causal, 0)
+            attn_mask = torch.ones(L, S, dtype=torch.bool).tril(diagonal)
+            attn_mask = attn_mask.T.contiguous() if causal == "triu" else attn_mask
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, bool_fill)
+        elif attn_mask is not None and float_mask == "add":
+            scores = scores + attn_mask
+        elif attn_mask is not None and float_mask == "multiplied":
+            scores = scores * attn_mask
+        elif attn_mask is not None and float_mask == "as bool":
+            scores = scores.masked_fill(attn_mask == 0, float("-inf"))
+        nothing = scores.isneginf().all(dim=-1, keepdim=True)
+        if empty == "zero":
+            scores = scores.masked_fill(nothing, 0.0)
+        weights = torch.softmax(scores, dim=-1)
+        if empty == "zero":
+            weights = weights.masked_fill(nothing, 0.0)
+        return weights @ value, weights
+
+    return attention_
+
+
+_EMPTY_NAN = (
+    "a query with nothing to attend to: its scores are all -inf, and the softmax of such a row "
+    "is 0/0 = NaN. Find those rows and give them weights of 0 (so an output of 0), never NaN."
+)
+
+_FULL_MISTAKES = [
+    Mistake(
+        "scale ignored",
+        _variant(scale_rule="ignored"),
+        "the scale argument is ignored: when it is given, it replaces 1/√d_k (scores · scale).",
+    ),
+    Mistake(
+        "divided by the scale",
+        _variant(scale_rule="divided"),
+        "you divided by the scale; it multiplies the scores, as in torch (its default is "
+        "1/√d_k, not √d_k).",
+    ),
+    Mistake(
+        "float mask ignored",
+        _variant(float_mask="ignored"),
+        "the float mask is ignored: a float attn_mask is added to the scores (0: no change, "
+        "-inf: blocked, any other number: a bias).",
+    ),
+    Mistake(
+        "float mask multiplied",
+        _variant(float_mask="multiplied"),
+        "the float mask was multiplied into the scores; it is added to them.",
+    ),
+    Mistake(
+        "float mask read as bool",
+        _variant(float_mask="as bool"),
+        "a float mask is not True/False: its 0 entries mean 'allowed, no change', and the whole "
+        "mask is added to the scores.",
+    ),
+    Mistake(
+        "empty rows uniform",
+        _variant(bool_fill=-1e9, empty="nan"),
+        "a query with nothing to attend to got equal weights on every key: a large finite fill "
+        "(-1e9) instead of -inf spreads its weight evenly. Its weights, and so its output, must be 0.",
+    ),
+    Mistake(
+        "empty rows NaN",
+        _variant(empty="nan"),
+        _EMPTY_NAN,
+    ),
+    Mistake(
+        "is_causal ignored",
+        _variant(causal="ignored"),
+        "is_causal=True is ignored: it means query i may attend to keys 0..i only.",
+    ),
+    Mistake(
+        "is_causal upper triangle",
+        _variant(causal="triu"),
+        "with is_causal=True each query sees the future: keep the keys j <= i, the lower "
+        "triangle, diagonal included.",
+    ),
+    Mistake(
+        "is_causal without the diagonal",
+        _variant(causal="tril(-1)"),
+        "with is_causal=True the diagonal is missing: query i may attend to itself (keys j <= i).",
+    ),
+    Mistake(
+        "is_causal bottom-right",
+        _variant(causal="bottom-right"),
+        "with more keys than queries, is_causal is aligned top-left, as in torch: query i may "
+        "attend to keys 0..i, whatever S.",
+    ),
+]
+
+
+def _full_cases(causal: bool):
+    """``(case, query, key, value, kwargs)`` for the lesson's full signature."""
+    randn = seeded_randn(2)
+    yield (
+        "scale = 0.5 given: it replaces 1/√d_k",
+        randn(4, 8),
+        randn(6, 8),
+        randn(6, 5),
+        {"scale": 0.5},
+    )
+    yield (
+        "scale = None given: 1/√d_k",
+        randn(2, 4, 8),
+        randn(2, 6, 8),
+        randn(2, 6, 5),
+        {"scale": None},
+    )
+    yield (
+        "a float mask (4, 6) added to the scores: a bias, no -inf",
+        randn(4, 8),
+        randn(6, 8),
+        randn(6, 5),
+        {"attn_mask": 2 * randn(4, 6)},
+    )
+    padding = torch.zeros(2, 1, 6)
+    padding[1, :, 4:] = float("-inf")
+    yield (
+        "a float padding mask (2, 1, 6): 0 for real keys, -inf for the last 2 of sentence 2",
+        randn(2, 4, 8),
+        randn(2, 6, 8),
+        randn(2, 6, 8),
+        {"attn_mask": padding},
+    )
+    nothing = torch.rand(4, 6, generator=torch.Generator().manual_seed(3)) > 0.4
+    nothing[:, 0], nothing[1] = True, False
+    yield (
+        "a bool mask (4, 6) where query 1 may attend to nothing",
+        randn(4, 8),
+        randn(6, 8),
+        randn(6, 5),
+        {"attn_mask": nothing},
+    )
+    empty_sentence = torch.tensor([[True] * 5, [False] * 5]).view(2, 1, 5)
+    yield (
+        "a padded batch (2, 1, 5) whose second sentence has no real token",
+        randn(2, 3, 8),
+        randn(2, 5, 8),
+        randn(2, 5, 4),
+        {"attn_mask": empty_sentence},
+    )
+    blocked = torch.zeros(3, 4)
+    blocked[2] = float("-inf")
+    yield (
+        "a float mask (3, 4) whose last row is all -inf",
+        randn(3, 8),
+        randn(4, 8),
+        randn(4, 5),
+        {"attn_mask": blocked},
+    )
+    if causal:
+        yield (
+            "is_causal=True, L = S = 5",
+            randn(5, 8),
+            randn(5, 8),
+            randn(5, 8),
+            {"is_causal": True},
+        )
+        yield (
+            "is_causal=True, 4 queries and 6 keys: query i may attend to keys 0..i",
+            randn(2, 4, 8),
+            randn(2, 6, 8),
+            randn(2, 6, 3),
+            {"is_causal": True},
+        )
+
+
+_FLOAT_MASK_CRASH = (
+    "a float mask is added to the scores; ~ and masked_fill are for a bool mask. Tell the two "
+    "kinds apart first: attn_mask.dtype == torch.bool."
+)
+
+
+def _in_double(kwargs: dict) -> dict:
+    mask = kwargs.get("attn_mask")
+    if mask is None or mask.dtype == torch.bool:
+        return kwargs
+    return {**kwargs, "attn_mask": mask.double()}
+
+
+def _full_weights_cause(q, k, mask, expected_w):
+    """NaN where the reference has an empty row: the query with nothing to attend to."""
+
+    def cause(w):
+        if isinstance(w, torch.Tensor) and torch.isnan(w).any():
+            empty = (expected_w == 0).all(dim=-1)
+            if bool(torch.isnan(w).any(dim=-1).eq(empty).all()) and bool(empty.any()):
+                return _EMPTY_NAN
+        return _weights_hint(q, k, w, mask)
+
+    return cause
+
+
+def _with_kwargs(mistake: Mistake, kwargs: dict) -> Mistake:
+    return Mistake(mistake.name, lambda *args: mistake.run(*args, **kwargs), mistake.explanation)
+
+
+def _plain_weights_cause(q, k, mask):
+    return lambda w: _weights_hint(q, k, w, mask)
+
+
+def _check_full_signature(candidate, causal: bool) -> int:
+    n = 0
+    for case, q, k, v, kwargs in _full_cases(causal):
+        mask = kwargs.get("attn_mask")
+        floating = mask is not None and mask.is_floating_point()
+        hint = _FLOAT_MASK_CRASH if floating else _CRASH_HINT
+        got = call_candidate(
+            candidate, case, q.clone(), k.clone(), v.clone(), crash_hint=hint, **kwargs
+        )
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise ExerciseFailure(f"Case {case!r}: return a tuple (output, weights).")
+        double = (q.double(), k.double(), v.double())
+        expected = reference.scaled_dot_product_attention(*double, **_in_double(kwargs))
+        _compare_attention(
+            case,
+            got,
+            expected,
+            q,
+            k,
+            v,
+            mask,
+            [_with_kwargs(m, _in_double(kwargs)) for m in _FULL_MISTAKES],
+            double,
+            _full_weights_cause(q, k, mask, expected[1]),
+        )
+        n += 1
+    return n
+
+
 @checker(
     "scaled_dot_product_attention",
     "Replace `raise NotImplementedError` with your code: scores, scale, mask, softmax, weighted sum.",
@@ -418,42 +734,218 @@ def _weights_shape_hint(w, ref_w: torch.Tensor, mask) -> str:
 )
 def check_scaled_dot_product_attention(candidate) -> int:
     """Check ``candidate(query, key, value, attn_mask=None) -> (output, weights)`` against the
-    reference, with and without masks (bool, True = may attend), batched and with a heads axis."""
+    reference, with and without masks (bool, True = may attend), batched and with a heads axis.
+
+    A candidate that accepts ``scale`` (lesson 01's skeleton) is also held to the scale, float
+    masks (added to the scores) and queries with nothing to attend to (zero weights and output);
+    one that accepts ``is_causal`` to that too."""
     mistakes = _mistakes()
     n = 0
     for case, q, k, v, mask in _sdpa_cases():
-        out, w = call_attention(
+        got = call_attention(
             candidate, case, q, k, v, mask, crash_hint=_CRASH_HINT, mask_hint=_mask_hint
         )
-        ref_out, ref_w = reference.scaled_dot_product_attention(
+        expected = reference.scaled_dot_product_attention(
             q.double(), k.double(), v.double(), attn_mask=mask
         )
-        _in_order(case, out, w, ref_out, ref_w)
-        require_shape(case, "weights", w, ref_w.shape, _weights_shape_hint(w, ref_w, mask))
-        output_hint = "output is (..., L, Ev): weights (..., L, S) @ value (..., S, Ev)."
-        if isinstance(out, torch.Tensor) and out.shape[-1:] == k.shape[-1:] != v.shape[-1:]:
-            output_hint = "your output has the keys' size; it should mix the values: output = weights @ value."
-        require_shape(case, "output", out, ref_out.shape, output_hint)
         args = (q.double(), k.double(), v.double(), mask)
-        compare(
+        _compare_attention(
             case,
-            "weights",
-            w,
-            ref_w,
-            mistakes=mistakes,
-            args=args,
-            pick=lambda r: r[1],
-            cause=_weights_hint(q, k, w, mask),
+            got,
+            expected,
+            q,
+            k,
+            v,
+            mask,
+            mistakes,
+            args,
+            _plain_weights_cause(q, k, mask),
         )
-        compare(
+        n += 1
+    if _accepts(candidate, "scale"):
+        n += _check_full_signature(candidate, causal=_accepts(candidate, "is_causal"))
+    return n
+
+
+# ---------------------------------------------------------------- SelfAttention (lesson 01)
+
+
+def _one_head(wq, wk, wv, x, mask, *, keys_with=None, values=None, swap=False, no_mask=False):
+    """One head of self-attention from its weights (d_out, d_model), with one flaw at most."""
+    q, k = x @ wq.T, x @ (wk if keys_with is None else keys_with).T
+    v = x @ wv.T if values is None else values(x, wq, wk)
+    if swap:
+        q, k = k, q
+    return reference.scaled_dot_product_attention(q, k, v, attn_mask=None if no_mask else mask)
+
+
+_SELF_ATTENTION_MISTAKES = [
+    Mistake(
+        "keys projected with W^Q",
+        lambda wq, wk, wv, x, m: _one_head(wq, wk, wv, x, m, keys_with=wq),
+        "the keys were projected with the query weights: K = x W^K, with k_proj.",
+    ),
+    Mistake(
+        "queries and keys swapped",
+        lambda wq, wk, wv, x, m: _one_head(wq, wk, wv, x, m, swap=True),
+        "the queries and the keys are swapped: Q = x W^Q (q_proj) asks, K = x W^K (k_proj) answers.",
+    ),
+    Mistake(
+        "values projected with W^K",
+        lambda wq, wk, wv, x, m: _one_head(wq, wk, wv, x, m, values=lambda x, wq, wk: x @ wk.T),
+        "the values were projected with the key weights: V = x W^V, with v_proj.",
+    ),
+    Mistake(
+        "values not projected",
+        lambda wq, wk, wv, x, m: _one_head(wq, wk, wv, x, m, values=lambda x, wq, wk: x),
+        "the values are x itself: project them too, V = x W^V (v_proj).",
+    ),
+    Mistake(
+        "mask not passed on",
+        lambda wq, wk, wv, x, m: _one_head(wq, wk, wv, x, m, no_mask=True),
+        "the mask is not used: hand attn_mask on to the attention.",
+    ),
+]
+
+
+def _self_attention_cases():
+    """``(case, (d_model, d_k[, d_v]), x, attn_mask)``."""
+    randn = seeded_randn(4)
+    yield "one sentence: x (5, 16), SelfAttention(16, 8)", (16, 8), randn(5, 16), None
+    yield (
+        "a batch: x (2, 5, 16), SelfAttention(16, 8, 4): d_v = 4",
+        (16, 8, 4),
+        randn(2, 5, 16),
+        None,
+    )
+    mask = reference.may_attend_mask(5, torch.tensor([5, 3]), causal=True)
+    yield (
+        "a padded, causal batch: x (2, 5, 16), attn_mask (2, 5, 5)",
+        (16, 8),
+        randn(2, 5, 16),
+        mask,
+    )
+    yield "other sizes: x (3, 6), SelfAttention(6, 3)", (6, 3), randn(3, 6), None
+
+
+def _require_projection(module, name: str, d_out: int, d_model: int, case: str) -> torch.nn.Module:
+    made = f"an nn.Linear from d_model = {d_model} to {d_out} features, without bias"
+    part = getattr(module, name, None)
+    weight = getattr(part, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        raise ExerciseFailure(
+            f"Case {case!r}: your SelfAttention has no `{name}` with a weight; create it in "
+            f"__init__: {made}."
+        )
+    if tuple(weight.shape) != (d_out, d_model):
+        raise ExerciseFailure(
+            f"Case {case!r}: {name}.weight has shape {shape_str(weight.shape)}, expected "
+            f"({d_out}, {d_model}): {name} should be {made} (nn.Linear keeps its weight as "
+            "(out, in))."
+        )
+    if getattr(part, "bias", None) is not None:
+        raise ExerciseFailure(
+            f"Case {case!r}: your {name} has a bias.\nLikely cause: Q = x W^Q, K = x W^K and "
+            "V = x W^V have none: make each nn.Linear with bias=False."
+        )
+    return part
+
+
+def _attention_helper(candidate):
+    """The learner's own scaled_dot_product_attention, when their SelfAttention calls it."""
+    from ._inspect import _uses, is_learner_code
+
+    for kind, found, _ in _uses(candidate):
+        if kind == "name" and found.name == "scaled_dot_product_attention":
+            if is_learner_code(found.value):
+                return found.value
+    return None
+
+
+def _require_helper_passes(candidate) -> None:
+    helper = _attention_helper(candidate)
+    if helper is None:
+        return
+    calls = "Your SelfAttention calls your scaled_dot_product_attention, which"
+    try:
+        check_scaled_dot_product_attention.run(helper, cell=False)
+    except NotDoneYet:
+        raise ExerciseFailure(
+            f"{calls} is not done yet.\nFinish that exercise above (its check says ✅), then run "
+            "this check again."
+        ) from None
+    except ExerciseFailure as failure:
+        raise ExerciseFailure(
+            f"{calls} does not pass its check yet ({failure.short()}).\nRun "
+            "check_scaled_dot_product_attention(scaled_dot_product_attention) for the full "
+            "message; fix it, then run this check again."
+        ) from None
+
+
+@checker(
+    "SelfAttention",
+    "Replace each `raise NotImplementedError` with your code: the three projections in "
+    "__init__, then forward.",
+)
+def check_self_attention(candidate) -> int:
+    """Check ``SelfAttention(d_model, d_k, d_v=None)``: ``q_proj``, ``k_proj`` (d_model -> d_k)
+    and ``v_proj`` (d_model -> d_v, d_k by default), nn.Linear without bias; ``forward(x,
+    attn_mask=None) -> (output (..., L, d_v), weights (..., L, L))``, one head of self-attention."""
+    _require_helper_passes(candidate)
+    n = 0
+    for case, sizes, x, mask in _self_attention_cases():
+        module = build_module(candidate, case, "SelfAttention", sizes, "check_self_attention")
+        d_model, d_k = sizes[:2]
+        d_v = sizes[2] if len(sizes) > 2 else d_k
+        weights = _projection_weights(d_model, d_k, d_v)
+        with torch.no_grad():
+            for name, w in zip(("q_proj", "k_proj", "v_proj"), weights):
+                _require_projection(module, name, w.size(0), d_model, case).weight.copy_(w)
+        kwargs = {} if mask is None else {"attn_mask": mask}
+        with torch.no_grad():
+            got = call_candidate(
+                module, case, x.clone(), crash_hint=_SELF_ATTENTION_CRASH, **kwargs
+            )
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise ExerciseFailure(
+                f"Case {case!r}: forward should return a pair (output, weights), as your "
+                f"scaled_dot_product_attention does; got {type(got).__name__}."
+            )
+        args = (*(w.double() for w in weights), x.double(), mask)
+        expected = _one_head(*args)
+        out = got[0]
+        if isinstance(out, torch.Tensor) and out.shape[-1] == d_model != d_v:
+            require_shape(
+                case,
+                "output",
+                out,
+                expected[0].shape,
+                "the output has x's d_model features: the values are x itself; project them "
+                "too, V = x W^V (v_proj), to d_v features.",
+            )
+        q, k = x @ weights[0].T, x @ weights[1].T
+        _compare_attention(
             case,
-            "outputs",
-            out,
-            ref_out,
-            mistakes=mistakes,
-            args=args,
-            pick=lambda r: r[0],
-            fallback_cause="the weights are right, so look at the last step: output = weights @ value.",
+            got,
+            expected,
+            q,
+            k,
+            x @ weights[2].T,
+            mask,
+            _SELF_ATTENTION_MISTAKES,
+            args,
+            _plain_weights_cause(q, k, mask),
         )
         n += 1
     return n
+
+
+def _projection_weights(d_model: int, d_k: int, d_v: int) -> list[torch.Tensor]:
+    randn = seeded_randn(5)
+    return [randn(d, d_model) / math.sqrt(d_model) for d in (d_k, d_k, d_v)]
+
+
+_SELF_ATTENTION_CRASH = (
+    "x is (..., L, d_model): project it three times (q_proj, k_proj, v_proj), then attend with "
+    "your scaled_dot_product_attention, handing attn_mask on."
+)

@@ -1,4 +1,5 @@
-"""Checkers for lesson 01's steps: the scaled scores, and the two masks every model builds.
+"""Checkers for lesson 01's steps: the scaled scores, the two masks every model builds, and the
+mask that combines them for a padded batch.
 
 Masks here are bool and True where a query **may attend**, the convention of
 ``torch.nn.functional.scaled_dot_product_attention`` and of the course's exercises.
@@ -14,7 +15,12 @@ from .. import reference
 from ._core import Mistake, checker
 from ._steps import check_cases, randn, reverse_axes
 
-__all__ = ["check_attention_scores", "check_padding_mask", "check_causal_mask"]
+__all__ = [
+    "check_attention_scores",
+    "check_padding_mask",
+    "check_causal_mask",
+    "check_may_attend_mask",
+]
 
 
 # ---------------------------------------------------------------- attention_scores
@@ -260,4 +266,134 @@ def check_causal_mask(candidate) -> int:
         shape_hint=f"the mask is (L, L), queries by keys: {_TRIL}.",
         dtype_hint=_causal_dtype_hint,
         fallback_cause=f"True where key j <= query i: {_TRIL}.",
+    )
+
+
+# ---------------------------------------------------------------- may_attend_mask
+
+
+def _combined(causal_part, padding_part, combine=lambda a, b: a & b):
+    """A may-attend mask built from ``causal_part(S)`` (or all True) and ``padding_part(lengths,
+    S)`` (B, S, S), with one flaw at most."""
+
+    def mask(S, lengths=None, causal=False):
+        m = causal_part(S) if causal else torch.ones(S, S, dtype=torch.bool)
+        return m if lengths is None else combine(m, padding_part(lengths, S))
+
+    return mask
+
+
+def _keys(lengths, S):  # right: a pad key is blocked for every query
+    return (torch.arange(S) < lengths[:, None])[:, None, :]
+
+
+def _tril(S):
+    return torch.ones(S, S, dtype=torch.bool).tril()
+
+
+_MAY_ATTEND = "True where key j is a real token (j < lengths[b]) and, when causal, j <= i"
+
+_MAY_ATTEND_MISTAKES = [
+    Mistake(
+        "causal upper triangle",
+        _combined(lambda S: torch.ones(S, S, dtype=torch.bool).triu(), _keys),
+        "the causal part lets each query see the future: keys j <= i (itself and the past) is the "
+        "lower triangle, diagonal included.",
+    ),
+    Mistake(
+        "causal inverted",
+        _combined(lambda S: torch.ones(S, S, dtype=torch.bool).triu(1), _keys),
+        "the causal part is inverted (True = masked out is torch.nn.MultiheadAttention's "
+        "convention); here True means may attend: keys j <= i.",
+    ),
+    Mistake(
+        "causal without the diagonal",
+        _combined(lambda S: torch.ones(S, S, dtype=torch.bool).tril(-1), _keys),
+        "the diagonal is missing: a query may attend to itself (j <= i, not j < i).",
+    ),
+    Mistake(
+        "causal ignored",
+        _combined(lambda S: torch.ones(S, S, dtype=torch.bool), _keys),
+        "causal=True is ignored: query i may attend to keys j <= i only.",
+    ),
+    Mistake(
+        "padding inverted",
+        _combined(_tril, lambda lengths, S: (torch.arange(S) >= lengths[:, None])[:, None, :]),
+        "the padding part is inverted: the real tokens (j < lengths[b]) may be attended to, "
+        "the pads may not.",
+    ),
+    Mistake(
+        "padding <=",
+        _combined(_tril, lambda lengths, S: (torch.arange(S) <= lengths[:, None])[:, None, :]),
+        "one key too many is real: positions count from 0, so a sentence of length 3 holds "
+        "positions 0, 1, 2 (j < lengths[b], not <=).",
+    ),
+    Mistake(
+        "padding on queries and keys",
+        _combined(
+            _tril,
+            lambda lengths, S: _keys(lengths, S) & (torch.arange(S) < lengths[:, None])[:, :, None],
+        ),
+        "you blocked the pads' own rows (their queries). Only the keys are masked: no query may "
+        "attend to a pad (its column is False), while a pad's own row is computed and ignored "
+        "later, as with torch's key_padding_mask.",
+    ),
+    Mistake(
+        "padding ignored",
+        _combined(_tril, lambda lengths, S: torch.ones(len(lengths), 1, S, dtype=torch.bool)),
+        "the lengths are ignored: key j of sentence b is real only when j < lengths[b].",
+    ),
+    Mistake(
+        "or instead of and",
+        _combined(_tril, _keys, combine=lambda a, b: a | b),
+        "the two parts are combined with 'or': a pair is allowed only when both allow it (&).",
+    ),
+]
+
+
+def _may_attend_shape_hint(got, S, lengths, causal) -> str:
+    if lengths is not None and isinstance(got, torch.Tensor):
+        if tuple(got.shape) == (len(lengths), 1, S):
+            return (
+                "your mask is (B, 1, S): right for padding alone, but this exercise returns one "
+                "row per query, (B, S, S), so that the causal part fits in too."
+            )
+        if tuple(got.shape) == (len(lengths), S):
+            return "one row per query: (B, S, S), not (B, S)."
+    return f"(S, S) without lengths, (B, S, S) with lengths: {_MAY_ATTEND}."
+
+
+def _may_attend_cases():
+    yield "S = 4, no lengths, not causal: every pair is allowed", 4, None, False
+    yield "S = 4, causal=True", 4, None, True
+    yield "lengths [4, 2], S = 4, causal=True", 4, torch.tensor([4, 2]), True
+    yield "lengths [3, 5, 1], S = 5", 5, torch.tensor([3, 5, 1]), False
+    yield "B = S: lengths [1, 3, 2], S = 3, causal=True", 3, torch.tensor([1, 3, 2]), True
+    yield "a length of 0: lengths [0, 3], S = 3", 3, torch.tensor([0, 3]), False
+    yield "lengths of dtype int32: [2, 1], S = 3", 3, torch.tensor([2, 1], dtype=torch.int32), False
+
+
+@checker(
+    "may_attend_mask",
+    "Replace `raise NotImplementedError` with the mask: which keys may each query attend to?",
+)
+def check_may_attend_mask(candidate) -> int:
+    """Check ``candidate(S, lengths=None, causal=False)`` -> bool (S, S), or (B, S, S) with
+    lengths: True where key j is real (j < lengths[b]) and, when causal, j <= i."""
+
+    def called(S, lengths, causal):
+        return candidate(S, lengths=lengths, causal=causal)
+
+    return check_cases(
+        called,
+        _may_attend_cases(),
+        reference.may_attend_mask,
+        _MAY_ATTEND_MISTAKES,
+        what="the mask's entries",
+        crash_hint="the padding part has one row per sentence and one column per key, (B, 1, S); "
+        "it broadcasts against the (S, S) causal part to (B, S, S).",
+        shape_hint=_may_attend_shape_hint,
+        dtype_hint="a comparison is already bool, and & of bools is bool: drop the .int() or "
+        ".float(), or end with .bool().",
+        fallback_cause=f"{_MAY_ATTEND}.",
     )
