@@ -26,6 +26,8 @@ __all__ = [
     "LayerNorm",
     "positional_encoding",
     "EncoderLayer",
+    "EncoderModel",
+    "train_step",
     "load_layer",
     "attention_in_blocks",
     "pairwise_dot",
@@ -112,10 +114,12 @@ class MultiHeadAttention(torch.nn.Module):
 
 
 class EncoderLayer(torch.nn.Module):
-    """Lesson 04: the exercise's encoder layer, post-LN with ReLU, batch first.
+    """Lesson 04: the exercise's encoder layer, ReLU, batch first; post-LN by default.
 
-        Step 2: Z = LayerNorm(X' + MultiHead(X'))
-        Step 3: out = LayerNorm(FFN(Z) + Z),  FFN(Z) = linear2(relu(linear1(Z)))
+        post-LN (``norm_first=False``, the paper's and BERT's):
+            Step 2: Z = LayerNorm(X' + MultiHead(X'))
+            Step 3: out = LayerNorm(FFN(Z) + Z),  FFN(Z) = linear2(relu(linear1(Z)))
+        pre-LN (``norm_first=True``): x + MultiHead(LayerNorm(x)), then x + FFN(LayerNorm(x))
 
     ``forward(x, attn_mask=None)`` takes a bool mask, True where a query **may attend**, and hands it
     to ``self_attn``. ``mha_class`` and ``norm_class`` (keyword-only, not in the skeleton) build it
@@ -130,6 +134,7 @@ class EncoderLayer(torch.nn.Module):
         num_heads,
         d_ff,
         dropout=0.0,
+        norm_first=False,
         *,
         mha_class=None,
         norm_class=None,
@@ -143,12 +148,75 @@ class EncoderLayer(torch.nn.Module):
         self.norm1 = (norm_class or LayerNorm)(d_model)
         self.norm2 = (norm_class or LayerNorm)(d_model)
         self.dropout = torch.nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def self_attention_block(self, x, attn_mask=None):
+        attended, _ = self.self_attn(x, x, x, attn_mask=attn_mask)
+        return self.dropout(attended)
+
+    def feed_forward_block(self, x):
+        return self.dropout(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
     def forward(self, x, attn_mask=None):
-        attended, _ = self.self_attn(x, x, x, attn_mask=attn_mask)
-        z = self.norm1(x + self.dropout(attended))  # Step 2
-        ffn = self.linear2(self.dropout(self.activation(self.linear1(z))))
-        return self.norm2(z + self.dropout(ffn))  # Step 3
+        if self.norm_first:
+            x = x + self.self_attention_block(self.norm1(x), attn_mask)
+            return x + self.feed_forward_block(self.norm2(x))
+        z = self.norm1(x + self.self_attention_block(x, attn_mask))  # Step 2
+        return self.norm2(z + self.feed_forward_block(z))  # Step 3
+
+
+class EncoderModel(torch.nn.Module):
+    """Lesson 04: token ids in, a score for every token of the vocabulary at every position out.
+
+    Step 1, X' = Embedding + PositionEncoding (the PE table a buffer: it moves with the model and
+    is not trained); then ``num_layers`` encoder layers with weights of their own, each on the
+    previous one's output, all with the padding mask; then a linear read-out.
+    ``forward(tokens (B, L) int, padding (B, L) bool, True at padding) -> (B, L, vocab_size)``.
+    ``layer_class`` and ``positional_encoding`` (keyword-only, not in the skeleton) build it from
+    other parts, e.g. the learner's own EncoderLayer and positional encoding.
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        max_len,
+        d_model,
+        num_heads,
+        d_ff,
+        num_layers,
+        *,
+        layer_class=None,
+        positional_encoding=positional_encoding,
+    ):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab_size, d_model)
+        self.register_buffer("pe", positional_encoding(max_len, d_model))
+        self.layers = torch.nn.ModuleList(
+            (layer_class or EncoderLayer)(d_model, num_heads, d_ff) for _ in range(num_layers)
+        )
+        self.readout = torch.nn.Linear(d_model, vocab_size)
+
+    def forward(self, tokens, padding):
+        x = self.embed(tokens) + self.pe[: tokens.size(1)]  # Step 1   (B, L, d_model)
+        may_attend = rearrange(~padding, "b s -> b 1 1 s")  # the same for every head and query
+        for layer in self.layers:
+            x = layer(x, attn_mask=may_attend)  # Steps 2 and 3, N times
+        return self.readout(x)
+
+
+def train_step(model, optimizer, tokens, targets, padding, max_norm=1.0):
+    """Lesson 04: one step of training ``model(tokens, padding) -> scores (B, L, V)``: the mean
+    cross-entropy over the real positions (not the padding), gradients clipped to a total norm of
+    ``max_norm``, one update. Returns the loss, detached."""
+    scores = model(tokens, padding)
+    loss = torch.nn.functional.cross_entropy(
+        rearrange(scores, "b l v -> (b l) v"), targets.masked_fill(padding, -100).flatten()
+    )  # -100: ignored; no host sync, unlike scores[~padding]
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    return loss.detach()
 
 
 def load_layer(layer, weights, i):

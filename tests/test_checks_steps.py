@@ -1,5 +1,6 @@
-"""The small, one-step exercises as a whole: registered in lesson order, each with a checker that
-passes its reference and leaves the learner's random stream alone."""
+"""These exercises as a whole (the small steps, and lesson 04's model and training step): each is
+registered in lesson order, with a checker that passes its reference and leaves the learner's
+random stream alone."""
 
 import pytest
 import torch
@@ -15,8 +16,8 @@ STEPS = [
     ("merge_heads", "02", checks.check_merge_heads),
     ("post_ln_sublayer", "03", checks.check_post_ln_sublayer),
     ("pre_ln_sublayer", "03", checks.check_pre_ln_sublayer),
-    ("FeedForward", "04", checks.check_feed_forward),
-    ("EncoderStack", "04", checks.check_encoder_stack),
+    ("EncoderModel", "04", checks.check_encoder_model),
+    ("train_step", "04", checks.check_train_step),
     ("previous_token_score", "05", checks.check_previous_token_score),
     ("mean_pool", "05", checks.check_mean_pool),
     ("attention_cost", "06", checks.check_attention_cost),

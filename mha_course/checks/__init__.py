@@ -7,6 +7,7 @@ from ._failure import ExerciseFailure, NotDoneYet
 from .attention import check_scaled_dot_product_attention, check_self_attention, check_softmax
 from .costs import check_attention_cost, check_attention_flops, check_scores_memory
 from .encoder import check_encoder_layer
+from .encoder_model import check_encoder_model
 from .encoder_outputs import check_mean_pool, check_previous_token_score
 from .encoder_parts import check_encoder_stack, check_feed_forward
 from .fast import check_attention_in_blocks
@@ -21,6 +22,7 @@ from .scores_and_masks import (
     check_padding_mask,
 )
 from .sublayers import check_post_ln_sublayer, check_pre_ln_sublayer
+from .training import check_train_step
 from .warmups import check_pairwise_dot, check_soft_lookup, check_weighted_average
 
 __all__ = [
@@ -51,6 +53,8 @@ __all__ = [
     "check_feed_forward",
     "check_encoder_layer",
     "check_encoder_stack",
+    "check_encoder_model",
+    "check_train_step",
     # lesson 05
     "check_load_layer",
     "check_weight_map",

@@ -1,12 +1,18 @@
-"""Checker for lesson 04: the encoder layer (post-LN, ReLU), against torch.nn.TransformerEncoderLayer.
+"""Checker for lesson 04: the encoder layer (ReLU; post-LN, and pre-LN with ``norm_first=True``),
+against torch.nn.TransformerEncoderLayer.
 
 The learner's layer is built as ``EncoderLayer(d_model, num_heads, d_ff)``; torch's weights are
 copied into it (torch's packed ``in_proj_weight`` split into ``self_attn.q_proj``, ``k_proj`` and
 ``v_proj``), and both run on the same inputs. Masks in the exercise are True where a query **may
 attend**; torch's ``src_mask`` is True where it may **not**, so the checker inverts them for torch.
+A layer whose signature takes ``norm_first`` (the lesson's skeleton) is also checked with
+``norm_first=True`` against torch's pre-LN layer; one written to the older skeleton, without it, is
+checked post-LN only.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -40,11 +46,15 @@ class _Parts:
     def __init__(self, layer: nn.TransformerEncoderLayer, mask: torch.Tensor | None):
         self.layer, self.mask = layer, mask
 
-    def attend(self, x, mask=...):
-        """MultiHead(x, x, x) with the exercise's mask (True = may attend; ``...`` = the case's)."""
+    def attend(self, x, mask=..., kv=None):
+        """MultiHead(x, kv, kv) (kv = x by default) with the exercise's mask (True = may attend;
+        ``...`` = the case's)."""
         attn = self.layer.self_attn
         mask = self.mask if mask is ... else mask
-        q, k, v = F.linear(x, attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1)
+        kv = x if kv is None else kv
+        w_q, w_kv = attn.in_proj_weight.split([attn.embed_dim, 2 * attn.embed_dim])
+        b_q, b_kv = attn.in_proj_bias.split([attn.embed_dim, 2 * attn.embed_dim])
+        q, (k, v) = F.linear(x, w_q, b_q), F.linear(kv, w_kv, b_kv).chunk(2, dim=-1)
         q, k, v = (rearrange(t, "b l (h d) -> b h l d", h=attn.num_heads) for t in (q, k, v))
         heads, _ = scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return attn.out_proj(rearrange(heads, "b h l d -> b l (h d)"))
@@ -60,25 +70,65 @@ class _Parts:
 
 
 def _post_ln(p: _Parts, x, mask=..., activation=F.relu):
-    """The right layer, Steps 2 and 3, with a wrong mask or activation when asked."""
+    """The right post-LN layer, Steps 2 and 3, with a wrong mask or activation when asked."""
     z = p.n1(x + p.attend(x, mask))  # Step 2
     return p.n2(z + p.ffn(z, activation))  # Step 3
 
 
-def _mistakes(layer: nn.TransformerEncoderLayer, mask) -> list[Mistake]:
+def _pre_ln(p: _Parts, x, mask=..., activation=F.relu):
+    """The right pre-LN layer, with a wrong mask or activation when asked."""
+    x = x + p.attend(p.n1(x), mask)
+    return x + p.ffn(p.n2(x), activation)
+
+
+_POST = "z = norm1(x + MultiHead(x)), then norm2(z + FFN(z))"
+_PRE = "x = x + MultiHead(norm1(x)), then x + FFN(norm2(x))"
+
+
+def _mistakes(layer: nn.TransformerEncoderLayer, mask, norm_first: bool = False) -> list[Mistake]:
     def run(build):
         return lambda x: build(_Parts(layer, mask), x)
 
     def ffn_of(p, z):
         return p.ffn(z)
 
+    both = [
+        Mistake(
+            "no activation",
+            run(lambda p, x: (_pre_ln if norm_first else _post_ln)(p, x, activation=lambda t: t)),
+            "the feed-forward network has no activation between its two Linears, so it is just one "
+            "linear map: FFN(z) = linear2(relu(linear1(z))).",
+        ),
+        Mistake(
+            "GELU",
+            run(lambda p, x: (_pre_ln if norm_first else _post_ln)(p, x, activation=F.gelu)),
+            "the activation is GELU; the exercise (and torch's default) uses ReLU: "
+            "linear2(torch.relu(linear1(z))).",
+        ),
+        Mistake(
+            "mask ignored",
+            run(lambda p, x: (_pre_ln if norm_first else _post_ln)(p, x, mask=None)),
+            "the mask is ignored: pass attn_mask on to self.self_attn(x, x, x, attn_mask=attn_mask).",
+        ),
+        Mistake(
+            "mask inverted",
+            run(
+                lambda p, x: (_pre_ln if norm_first else _post_ln)(
+                    p, x, mask=None if mask is None else ~mask
+                )
+            ),
+            "the mask is inverted: here True means 'may attend' (as in your MultiHeadAttention); pass "
+            "attn_mask on unchanged (torch's src_mask is the opposite, True = masked out).",
+        ),
+    ]
+    if norm_first:
+        return _pre_ln_mistakes(run, ffn_of) + both
     return [
         Mistake(
             "pre-LN",
             run(lambda p, x: (lambda y: y + ffn_of(p, p.n2(y)))(x + p.attend(p.n1(x)))),
-            "you wrote the pre-LN layer (normalise first: x + MultiHead(LayerNorm(x))). The exercise, "
-            "like the original paper and BERT, is post-LN: z = norm1(x + MultiHead(x)), then "
-            "norm2(z + FFN(z)).",
+            "you wrote the pre-LN layer (normalise first: x + MultiHead(LayerNorm(x))). By default "
+            f"(norm_first=False) the layer is post-LN, like the original paper and BERT: {_POST}.",
         ),
         Mistake(
             "no residuals",
@@ -138,33 +188,91 @@ def _mistakes(layer: nn.TransformerEncoderLayer, mask) -> list[Mistake]:
             "norm1 after the attention, norm2 after the feed-forward network.",
         ),
         Mistake(
-            "no activation",
-            run(lambda p, x: _post_ln(p, x, activation=lambda t: t)),
-            "the feed-forward network has no activation between its two Linears, so it is just one "
-            "linear map: FFN(z) = linear2(relu(linear1(z))).",
-        ),
-        Mistake(
-            "GELU",
-            run(lambda p, x: _post_ln(p, x, activation=F.gelu)),
-            "the activation is GELU; the exercise (and torch's default) uses ReLU: "
-            "linear2(torch.relu(linear1(z))).",
-        ),
-        Mistake(
             "FFN reads x",
             run(lambda p, x: (lambda z: p.n2(z + ffn_of(p, x)))(p.n1(x + p.attend(x)))),
             "the feed-forward network reads the layer's input x; it reads z, the output of Step 2: "
             "norm2(z + FFN(z)).",
         ),
+        *both,
+    ]
+
+
+def _pre_ln_mistakes(run, ffn_of) -> list[Mistake]:
+    """The classic wrong versions of the pre-LN layer (``norm_first=True``)."""
+    return [
         Mistake(
-            "mask ignored",
-            run(lambda p, x: _post_ln(p, x, mask=None)),
-            "the mask is ignored: pass attn_mask on to self.self_attn(x, x, x, attn_mask=attn_mask).",
+            "norm_first ignored",
+            run(lambda p, x: _post_ln(p, x)),
+            "with norm_first=True your layer computed the post-LN layer: forward must read "
+            f"self.norm_first and, when it is True, normalise first: {_PRE}.",
         ),
         Mistake(
-            "mask inverted",
-            run(lambda p, x: _post_ln(p, x, mask=None if mask is None else ~mask)),
-            "the mask is inverted: here True means 'may attend' (as in your MultiHeadAttention); pass "
-            "attn_mask on unchanged (torch's src_mask is the opposite, True = masked out).",
+            "residual from the normalised input",
+            run(lambda p, x: (lambda z: p.n2(z) + ffn_of(p, p.n2(z)))(p.n1(x) + p.attend(p.n1(x)))),
+            "you added each sub-layer's output to the normalised input. Pre-LN normalises only what "
+            f"goes into the sub-layer; the residual path carries x itself: {_PRE}.",
+        ),
+        Mistake(
+            "norms swapped",
+            run(lambda p, x: (lambda y: y + ffn_of(p, p.n1(y)))(x + p.attend(p.n2(x)))),
+            f"norm1 and norm2 are swapped: norm1 goes before the attention, norm2 before the FFN: {_PRE}.",
+        ),
+        Mistake(
+            "norm1 twice",
+            run(lambda p, x: (lambda y: y + ffn_of(p, p.n1(y)))(x + p.attend(p.n1(x)))),
+            "you used norm1 twice; each sub-layer has its own LayerNorm with its own weights: "
+            f"{_PRE}.",
+        ),
+        Mistake(
+            "norm2 twice",
+            run(lambda p, x: (lambda y: y + ffn_of(p, p.n2(y)))(x + p.attend(p.n2(x)))),
+            "you used norm2 twice; each sub-layer has its own LayerNorm with its own weights: "
+            f"{_PRE}.",
+        ),
+        Mistake(
+            "only the attention pre-LN",
+            run(lambda p, x: (lambda y: p.n2(y + ffn_of(p, y)))(x + p.attend(p.n1(x)))),
+            "only the attention sub-layer is pre-LN; the feed-forward one is still post-LN. With "
+            f"norm_first=True both normalise first: {_PRE}.",
+        ),
+        Mistake(
+            "only the FFN pre-LN",
+            run(lambda p, x: (lambda z: z + ffn_of(p, p.n2(z)))(p.n1(x + p.attend(x)))),
+            "only the feed-forward sub-layer is pre-LN; the attention one is still post-LN. With "
+            f"norm_first=True both normalise first: {_PRE}.",
+        ),
+        Mistake(
+            "queries normalised, keys and values not",
+            run(lambda p, x: (lambda y: y + ffn_of(p, p.n2(y)))(x + p.attend(p.n1(x), kv=x))),
+            "only the queries are normalised: self-attention reads one input three times, so pass "
+            "norm1(x) as query, key and value alike.",
+        ),
+        Mistake(
+            "no residuals (pre-LN)",
+            run(lambda p, x: (lambda y: ffn_of(p, p.n2(y)))(p.attend(p.n1(x)))),
+            f"both residual connections are missing: add each sub-layer's output to its input: {_PRE}.",
+        ),
+        Mistake(
+            "no attention residual (pre-LN)",
+            run(lambda p, x: (lambda y: y + ffn_of(p, p.n2(y)))(p.attend(p.n1(x)))),
+            f"the residual around the attention is missing: {_PRE}.",
+        ),
+        Mistake(
+            "no FFN residual (pre-LN)",
+            run(lambda p, x: (lambda y: ffn_of(p, p.n2(y)))(x + p.attend(p.n1(x)))),
+            f"the residual around the feed-forward network is missing: {_PRE}.",
+        ),
+        Mistake(
+            "FFN reads x (pre-LN)",
+            run(lambda p, x: (lambda y: y + ffn_of(p, p.n2(x)))(x + p.attend(p.n1(x)))),
+            "the feed-forward network reads the layer's input x; it reads the attention sub-layer's "
+            f"result: {_PRE}.",
+        ),
+        Mistake(
+            "a LayerNorm after the adds too",
+            run(lambda p, x: (lambda y: p.n2(y + ffn_of(p, p.n2(y))))(p.n1(x + p.attend(p.n1(x))))),
+            "you normalised after each add as well. Pre-LN normalises only the sub-layers' inputs; "
+            f"the layer ends with the add: {_PRE}.",
         ),
     ]
 
@@ -241,9 +349,11 @@ def _load_torch_weights(layer, torch_layer: nn.TransformerEncoderLayer, case: st
             _copy(layer, name, case, "EncoderLayer", torch_part.weight, torch_part.bias, made)
 
 
-def _torch_layer(d_model: int, num_heads: int, d_ff: int, seed: int) -> nn.TransformerEncoderLayer:
-    """torch's post-LN ReLU layer, float64, every parameter random (norms and biases included, so
-    that swapping norm1 and norm2 or dropping a bias shows)."""
+def _torch_layer(
+    d_model: int, num_heads: int, d_ff: int, seed: int, norm_first: bool = False
+) -> nn.TransformerEncoderLayer:
+    """torch's ReLU layer (post-LN, or pre-LN with ``norm_first``), float64, every parameter random
+    (norms and biases included, so that swapping norm1 and norm2 or dropping a bias shows)."""
     with torch.random.fork_rng(devices=[]):  # leave the learner's random stream alone
         torch.manual_seed(seed)
         layer = nn.TransformerEncoderLayer(
@@ -253,7 +363,7 @@ def _torch_layer(d_model: int, num_heads: int, d_ff: int, seed: int) -> nn.Trans
             dropout=0.0,
             activation="relu",
             batch_first=True,
-            norm_first=False,
+            norm_first=norm_first,
             dtype=torch.float64,
         )
     g = torch.Generator().manual_seed(seed)
@@ -266,68 +376,114 @@ def _torch_layer(d_model: int, num_heads: int, d_ff: int, seed: int) -> nn.Trans
     return layer.train()  # train mode with dropout 0: torch's plain path, no fused fast path
 
 
-def _cases():
+def _cases(norm_first: bool):
+    """(case, d_model, num_heads, d_ff, dropout, norm_first, x, mask); the pre-LN cases only when
+    the candidate takes ``norm_first``."""
     randn = seeded_randn(5)
 
     causal = torch.ones(6, 6, dtype=torch.bool).tril()
     padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2]).view(2, 1, 1, 6)
-    # (case, d_model, num_heads, d_ff, dropout, x, mask)
-    yield "d_model=16, 4 heads, d_ff=32; a batch (2, 5, 16)", 16, 4, 32, 0.0, randn(2, 5, 16), None
-    yield (
-        "d_model=12, 3 heads, d_ff=20; one sentence (1, 7, 12)",
-        12,
-        3,
-        20,
-        0.0,
-        randn(1, 7, 12),
-        None,
-    )
-    yield "causal mask (6, 6), True = may attend", 16, 2, 24, 0.0, randn(2, 6, 16), causal
-    yield (
-        "padding mask (2, 1, 1, 6), True = may attend: the last 2 tokens of sentence 2 are padding",
-        16,
-        4,
-        32,
-        0.0,
-        randn(2, 6, 16),
-        padding,
-    )
-    yield (
-        "dropout=0.3 in eval mode (model.eval()): no dropout at all",
-        8,
-        2,
-        16,
-        0.3,
-        randn(2, 4, 8),
-        None,
+    cases = [
+        (
+            "d_model=16, 4 heads, d_ff=32; a batch (2, 5, 16)",
+            16,
+            4,
+            32,
+            0.0,
+            False,
+            (2, 5, 16),
+            None,
+        ),
+        (
+            "d_model=12, 3 heads, d_ff=20; one sentence (1, 7, 12)",
+            12,
+            3,
+            20,
+            0.0,
+            False,
+            (1, 7, 12),
+            None,
+        ),
+        ("causal mask (6, 6), True = may attend", 16, 2, 24, 0.0, False, (2, 6, 16), causal),
+        (
+            "padding mask (2, 1, 1, 6), True = may attend: the last 2 tokens of sentence 2 are padding",
+            16,
+            4,
+            32,
+            0.0,
+            False,
+            (2, 6, 16),
+            padding,
+        ),
+        (
+            "dropout=0.3 in eval mode (model.eval()): no dropout at all",
+            8,
+            2,
+            16,
+            0.3,
+            False,
+            (2, 4, 8),
+            None,
+        ),
+        ("norm_first=True (pre-LN); a batch (2, 5, 16)", 16, 4, 32, 0.0, True, (2, 5, 16), None),
+        (
+            "norm_first=True (pre-LN); padding mask (2, 1, 1, 6), True = may attend",
+            16,
+            2,
+            24,
+            0.0,
+            True,
+            (2, 6, 16),
+            padding,
+        ),
+    ]
+    for case, d_model, num_heads, d_ff, dropout, pre_ln, shape, mask in cases:
+        x = randn(*shape)  # drawn for every case, so each case's input is the same either way
+        if norm_first or not pre_ln:
+            yield case, d_model, num_heads, d_ff, dropout, pre_ln, x, mask
+
+
+def _takes_norm_first(candidate) -> bool:
+    """Whether ``candidate(...)`` accepts ``norm_first`` (the lesson's skeleton does; the older one
+    did not, and is checked post-LN only)."""
+    try:
+        parameters = inspect.signature(candidate).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: check post-LN only
+        return False
+    return any(
+        p.name == "norm_first" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters
     )
 
 
 @checker(
     "EncoderLayer",
-    "Replace `raise NotImplementedError` in your EncoderLayer: Step 2 "
-    "(attention, residual, norm1) and Step 3 (FFN, residual, norm2).",
+    "Replace `raise NotImplementedError` in your EncoderLayer: its parts in __init__, then both "
+    "sub-layers, each inside its residual, in the order norm_first asks for.",
     own_work=ENCODER_ROUTINES,
 )
 def check_encoder_layer(candidate) -> int:
     """Check ``candidate(d_model, num_heads, d_ff, dropout=0.0)`` (an EncoderLayer class: post-LN,
     ReLU, parts ``self_attn``, ``linear1``, ``linear2``, ``norm1``, ``norm2``;
-    ``forward(x, attn_mask=None)``) against ``torch.nn.TransformerEncoderLayer`` with the same weights."""
+    ``forward(x, attn_mask=None)``) against ``torch.nn.TransformerEncoderLayer`` with the same weights.
+    When its signature takes ``norm_first``, ``norm_first=True`` is checked against torch's pre-LN
+    layer too."""
     with torch.random.fork_rng(devices=[]):  # building the layers must not shift the learner's seed
         return _run_cases(candidate)
 
 
 def _run_cases(candidate) -> int:
     n = 0
-    for seed, (case, d_model, num_heads, d_ff, dropout, x, mask) in enumerate(_cases()):
-        layer = call_candidate(candidate, case, d_model, num_heads, d_ff, dropout=dropout)
+    cases = _cases(_takes_norm_first(candidate))
+    for seed, (case, d_model, num_heads, d_ff, dropout, norm_first, x, mask) in enumerate(cases):
+        flag = {"norm_first": True} if norm_first else {}
+        layer = call_candidate(candidate, case, d_model, num_heads, d_ff, dropout=dropout, **flag)
         if not isinstance(layer, nn.Module):
             raise ExerciseFailure(
                 f"Case {case!r}: EncoderLayer(...) gave a {type(layer).__name__}; make the "
                 f"class an nn.Module (class EncoderLayer(nn.Module)) and call super().__init__()."
             )
         layer.eval()
-        reference_layer = _torch_layer(d_model, num_heads, d_ff, seed)
+        reference_layer = _torch_layer(d_model, num_heads, d_ff, seed, norm_first)
         _load_torch_weights(layer, reference_layer, case)
         src_mask, padding = _torch_masks(mask)  # torch's src_mask, src_key_padding_mask
         with torch.no_grad():
@@ -355,11 +511,12 @@ def _run_cases(candidate) -> int:
             expected,
             atol=1e-4,
             rtol=1e-3,
-            mistakes=_mistakes(reference_layer, mask),
+            mistakes=_mistakes(reference_layer, mask, norm_first),
             args=(x.double(),),
             cause=_nan_hint(got, mask),
-            fallback_cause="compare your forward with the steps: z = norm1(x + self_attn(x, x, x, "
-            "attn_mask)[0]); out = norm2(z + linear2(relu(linear1(z)))).",
+            fallback_cause=f"compare your forward with the steps: {_PRE if norm_first else _POST}, "
+            "with MultiHead(y) = self_attn(y, y, y, attn_mask)[0] and FFN(z) = "
+            "linear2(relu(linear1(z))).",
         )
         n += 1
     return n

@@ -209,39 +209,62 @@ def _stack_mistakes(layers, original: nn.Module, mask) -> list[Mistake]:
     ]
 
 
-def _layers(stack: nn.Module, original: nn.Module, num_layers: int, case: str) -> list[nn.Module]:
-    """``stack.layers``, checked: a module list of ``num_layers`` independent copies of ``original``."""
-    layers = getattr(stack, "layers", None)
+def module_list(
+    owner: nn.Module, num_layers: int, case: str, make: str, original: nn.Module | None = None
+) -> list[nn.Module]:
+    """``owner.layers``, checked: an nn.ModuleList of ``num_layers`` distinct layers that share no
+    weights (with ``original`` either, when given: they are to be copies of it); ``make`` is the
+    line that builds it right, for the messages."""
+    what = type(owner).__name__
+    layers = getattr(owner, "layers", None)
     if layers is None:
         raise ExerciseFailure(
-            f"Case {case!r}: your EncoderStack has no attribute `layers`; create it in __init__: "
-            f"self.layers = {_DEEPCOPY}."
+            f"Case {case!r}: your {what} has no attribute `layers`; create it in __init__: "
+            f"self.layers = {make}."
         )
     if isinstance(layers, (list, tuple)):
         raise ExerciseFailure(
             f"Case {case!r}: self.layers is a Python {type(layers).__name__}; wrap it in "
-            f"nn.ModuleList, so that PyTorch sees the layers inside (stack.parameters(), .to(device) "
-            f"and .eval() would miss them): self.layers = {_DEEPCOPY}."
+            f"nn.ModuleList, so that PyTorch sees the layers inside ({what.lower()}.parameters(), "
+            f".to(device) and .eval() would miss them): self.layers = {make}."
         )
     if not isinstance(layers, (nn.ModuleList, nn.Sequential)):
         raise ExerciseFailure(
             f"Case {case!r}: self.layers is a {type(layers).__name__}; make it an nn.ModuleList of "
-            f"the copies: self.layers = {_DEEPCOPY}."
+            f"the layers: self.layers = {make}."
         )
     layers = list(layers)
     if len(layers) != num_layers:
         raise ExerciseFailure(
             f"Case {case!r}: self.layers holds {len(layers)} layers, expected num_layers = "
-            f"{num_layers}: self.layers = {_DEEPCOPY}."
+            f"{num_layers}: self.layers = {make}."
         )
     for i, j in itertools.combinations(range(len(layers)), 2):
         if layers[i] is layers[j]:
             raise ExerciseFailure(
                 f"Case {case!r}: self.layers[{i}] and self.layers[{j}] are one and the same layer: "
                 f"[layer] * num_layers repeats one object, so all the 'layers' share one set of "
-                f"weights. Make independent copies, as torch's TransformerEncoder does: "
-                f"self.layers = {_DEEPCOPY}."
+                f"weights. Make independent layers, as torch's TransformerEncoder does: "
+                f"self.layers = {make}."
             )
+    if original is not None:
+        _require_copies_of(original, layers, case)
+    for (i, a), (j, b) in itertools.combinations(enumerate([original, *layers]), 2):
+        if a is not None and _weights(a) & _weights(b):
+            which = "the layer you were given" if i == 0 else f"self.layers[{i - 1}]"
+            raise ExerciseFailure(
+                f"Case {case!r}: self.layers[{j - 1}] shares its weights with {which}: "
+                f"copy.copy makes a shallow copy, whose parameters are the original's. Give each "
+                f"layer weights of its own: self.layers = {make}."
+            )
+    return layers
+
+
+def _weights(module: nn.Module) -> set[int]:
+    return {p.data_ptr() for p in module.parameters()}
+
+
+def _require_copies_of(original: nn.Module, layers: list[nn.Module], case: str) -> None:
     for i, layer in enumerate(layers):
         if layer is original:
             raise ExerciseFailure(
@@ -253,14 +276,11 @@ def _layers(stack: nn.Module, original: nn.Module, num_layers: int, case: str) -
                 f"Case {case!r}: self.layers[{i}] is a {type(layer).__name__}, expected a copy of "
                 f"the {type(original).__name__} you were given: copy.deepcopy(layer)."
             )
-    for (i, a), (j, b) in itertools.combinations(enumerate([original, *layers]), 2):
-        if {p.data_ptr() for p in a.parameters()} & {p.data_ptr() for p in b.parameters()}:
-            which = "the layer you were given" if i == 0 else f"self.layers[{i - 1}]"
-            raise ExerciseFailure(
-                f"Case {case!r}: self.layers[{j - 1}] shares its weights with {which}: "
-                f"copy.copy makes a shallow copy, whose parameters are the original's. Use "
-                f"copy.deepcopy(layer): self.layers = {_DEEPCOPY}."
-            )
+
+
+def _layers(stack: nn.Module, original: nn.Module, num_layers: int, case: str) -> list[nn.Module]:
+    """``stack.layers``, checked: a module list of ``num_layers`` independent copies of ``original``."""
+    layers = module_list(stack, num_layers, case, _DEEPCOPY, original)
     start = original.state_dict()
     for i, layer in enumerate(layers):
         if any(not torch.equal(t, start[k]) for k, t in layer.state_dict().items()):
