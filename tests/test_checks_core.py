@@ -6,6 +6,7 @@ import torch
 
 from mha_course import reference, work
 from mha_course.checks import ExerciseFailure, check_softmax
+from mha_course.checks._core import compare, count, your
 from mha_course.exercises import EXERCISES, by_name, evaluate, evaluate_file, yours_or_reference
 from mha_course.notebook import after_exercise_cell, load_your_work
 
@@ -72,6 +73,36 @@ def test_outside_ipython_it_is_an_assertion_error_with_the_same_message():
     with pytest.raises(AssertionError) as info:
         check_softmax(wrong_axis)
     assert str(info.value).startswith("Case 'a (3, 4) matrix")
+
+
+def test_a_nan_result_is_named_in_plain_words():
+    def overflows(scores):  # the classic unstable softmax: NaN where exp overflows
+        return scores.exp() / scores.exp().sum(dim=-1, keepdim=True)
+
+    message = str(failure_of(check_softmax, overflows))
+    assert "  your weights contain NaN at " in message and "your the" not in message
+    one = torch.tensor([[0.5, float("nan")]])
+    with pytest.raises(ExerciseFailure, match=r"your outputs contain NaN at 1 place\.$"):
+        compare("c", "outputs", one, torch.zeros(1, 2))
+    with pytest.raises(ExerciseFailure, match="your weights contain NaN at 2 places"):
+        compare("c", "the weights", torch.full((2,), float("nan")), torch.zeros(2))
+    assert [your(w) for w in ("the weights", "a mask", "an output", "outputs", "theta")] == [
+        "your weights",
+        "your mask",
+        "your output",
+        "your outputs",
+        "your theta",
+    ]
+    assert (count(1, "place"), count(3, "place")) == ("1 place", "3 places")
+
+
+def test_entries_that_differ_are_counted_in_plain_words():
+    from mha_course.checks._steps import _compare_bool
+
+    with pytest.raises(ExerciseFailure, match="differ from the reference at 1 place, first at"):
+        _compare_bool(
+            "c", "the entries", torch.tensor([True, False]), torch.tensor([True, True]), ""
+        )
 
 
 # ---------------------------------------------------------------- the exercise cell's last run

@@ -45,6 +45,8 @@ __all__ = [
     "require_shape",
     "compare",
     "diagnose",
+    "your",
+    "count",
 ]
 
 
@@ -320,7 +322,8 @@ def compare(
     g, e = got.detach().double().cpu(), expected.detach().double().cpu()
     message = [f"Case {case!r}: {what} differ from the reference."]
     if torch.isnan(g).any():
-        message.append(f"  your {what} contain NaN at {int(torch.isnan(g).sum())} places.")
+        n = int(torch.isnan(g).sum())
+        message.append(f"  {your(what)} contain NaN at {count(n, 'place')}.")
     else:
         diff = (g - e).abs()
         index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
@@ -333,6 +336,21 @@ def compare(
     if reason:
         message.append(f"Likely cause: {reason}")
     raise ExerciseFailure("\n".join(message))
+
+
+def count(n: int, thing: str) -> str:
+    """``count(1, "place")`` -> "1 place", ``count(2, "place")`` -> "2 places"."""
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
+
+
+def your(what: str) -> str:
+    """ "the weights" -> "your weights", "outputs" -> "your outputs": a message's words for the
+    learner's result, without a second article."""
+    for article in ("the ", "a ", "an "):
+        if what.lower().startswith(article):
+            what = what[len(article) :]
+            break
+    return f"your {what}"
 
 
 def _row(t: torch.Tensor, row: tuple[int, ...]) -> str:

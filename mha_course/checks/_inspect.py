@@ -19,6 +19,7 @@ import dis
 import functools
 import linecache
 import os
+import re
 import site
 import sysconfig
 import types
@@ -261,13 +262,43 @@ def where(filename: str, lineno: int | None) -> str:
 
 
 def _cell_label(filename: str) -> str | None:
+    """ "Cell In[7]" when ``filename`` is a cell of this IPython session, else None. A label that
+    cannot be found never breaks the message it goes in."""
     try:
         from IPython import get_ipython
     except ImportError:
         return None
     shell = get_ipython()
-    names = shell.compile.format_code_name(filename) if shell is not None else None
-    return " ".join(names) if names else None
+    if shell is None:
+        return None
+    try:
+        format_code_name = getattr(shell.compile, "format_code_name", None)
+        if format_code_name is not None:  # IPython 8 and later
+            names = format_code_name(filename)
+            return " ".join(names) if names else None
+        number = _cell_number(shell, filename)  # IPython 7 (Colab's 7.34) has no such method
+    except Exception:
+        return None
+    return None if number is None else f"Cell In[{number}]"
+
+
+_IPYTHON_INPUT = re.compile(r"<ipython-input-(\d+)-")
+_RECENT_CELLS = 200  # how far back the history is searched for a cell's number
+
+
+def _cell_number(shell, filename: str) -> int | None:
+    """The execution count of the cell compiled under ``filename`` in IPython 7: from the name
+    IPython gives a cell (``<ipython-input-7-...>``), or, where the kernel names cells by their
+    code (ipykernel 6's temporary files), by naming each recent cell of the history the same way."""
+    match = _IPYTHON_INPUT.match(filename)
+    if match:
+        return int(match.group(1))
+    history = shell.history_manager
+    raw, parsed = history.input_hist_raw, history.input_hist_parsed
+    for number in range(min(len(raw), len(parsed)) - 1, max(len(raw) - _RECENT_CELLS, 0), -1):
+        if shell.compile.get_code_name(raw[number], parsed[number], number) == filename:
+            return number
+    return None
 
 
 def source_line(filename: str, lineno: int | None) -> str:
