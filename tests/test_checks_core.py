@@ -63,6 +63,32 @@ def test_a_crash_keeps_the_learners_frame_and_none_of_the_checkers():
     assert isinstance(failure.raised, RuntimeError)
 
 
+@pytest.mark.parametrize("ipython", ["8 and later", "7 (Colab)", "7, ipykernel 6"])
+def test_a_cell_is_named_as_the_notebook_shows_it(ipython, monkeypatch):
+    """IPython 8 names a cell with ``compile.format_code_name``; IPython 7.34 (Colab's) has no
+    such method: its cell is "<ipython-input-7-...>", or ipykernel 6's file named by the code."""
+    import linecache
+    import types
+
+    import IPython
+
+    from mha_course.checks._inspect import where
+
+    filename = "<ipython-input-7-0123456789ab>" if ipython == "7 (Colab)" else "/tmp/k/123.py"
+    compiler = types.SimpleNamespace()
+    if ipython == "8 and later":
+        compiler.format_code_name = lambda name: ("Cell", "In[7]") if name == filename else None
+    history = types.SimpleNamespace(input_hist_parsed=["", "x = 1", "y = 2", "z = 3", "y = 2"])
+    shell = types.SimpleNamespace(compile=compiler, history_manager=history)
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    monkeypatch.setitem(linecache.cache, filename, (6, None, ["y = 2\n"], filename))
+    label = "Cell In[4]" if ipython == "7, ipykernel 6" else "Cell In[7]"  # the latest one
+    assert where(filename, 3) == f"{label}, line 3"
+    assert where("/tmp/k/unknown.py", 2) == "/tmp/k/unknown.py, line 2"  # not a cell: its path
+    compiler.format_code_name = lambda name: 1 / 0  # whatever goes wrong, the message shows
+    assert where(filename, 1).endswith(", line 1")
+
+
 def test_a_long_message_is_cut_to_fifteen_lines():
     failure = ExerciseFailure("\n".join(f"line {i}" for i in range(40)))
     lines = failure._render_traceback_()

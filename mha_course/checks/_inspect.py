@@ -289,14 +289,18 @@ _RECENT_CELLS = 200  # how far back the history is searched for a cell's number
 def _cell_number(shell, filename: str) -> int | None:
     """The execution count of the cell compiled under ``filename`` in IPython 7: from the name
     IPython gives a cell (``<ipython-input-7-...>``), or, where the kernel names cells by their
-    code (ipykernel 6's temporary files), by naming each recent cell of the history the same way."""
+    code (ipykernel 6's temporary files), the latest cell of the history with the code that
+    IPython cached under that name."""
     match = _IPYTHON_INPUT.match(filename)
     if match:
         return int(match.group(1))
-    history = shell.history_manager
-    raw, parsed = history.input_hist_raw, history.input_hist_parsed
-    for number in range(min(len(raw), len(parsed)) - 1, max(len(raw) - _RECENT_CELLS, 0), -1):
-        if shell.compile.get_code_name(raw[number], parsed[number], number) == filename:
+    cached = linecache.cache.get(filename)
+    if not cached or not cached[2]:
+        return None
+    code = "".join(cached[2]).rstrip("\n")
+    parsed = shell.history_manager.input_hist_parsed  # the cells as run, In[n] at n
+    for number in range(len(parsed) - 1, max(len(parsed) - 1 - _RECENT_CELLS, 0), -1):
+        if parsed[number].rstrip("\n") == code:
             return number
     return None
 
