@@ -31,6 +31,9 @@ import torch
 
 __all__ = [
     "Found",
+    "Helper",
+    "exercise_helpers",
+    "innermost_learner_code",
     "library_call",
     "notebook_variable",
     "learner_frames",
@@ -124,11 +127,11 @@ def _value(function: types.FunctionType, code: types.CodeType, name: str, opname
     return None
 
 
-def _uses(candidate) -> Iterator[tuple[str, Found, bool]]:
+def _uses(candidate, stop_at: frozenset[str] = frozenset()) -> Iterator[tuple[str, Found, bool]]:
     """Every name the learner's code loads, as ``(kind, found, is_global)``; kind is "name" or
     "attribute". An attribute's value is known when the chain before it is (``torch.nn.functional
     .scaled_dot_product_attention``). Learner-written functions and classes that the code uses
-    are read too."""
+    are read too, except those loaded under a name in ``stop_at``."""
     queue, seen = _functions_of(candidate), set()
     while queue:
         function = queue.pop()
@@ -143,7 +146,10 @@ def _uses(candidate) -> Iterator[tuple[str, Found, bool]]:
                     chain = _value(function, code, ins.argval, ins.opname)
                     found = Found(ins.argval, chain, code.co_filename, line)
                     yield "name", found, ins.opname == "LOAD_GLOBAL"
-                    if isinstance(chain, (types.FunctionType, type, functools.partial)):
+                    if (
+                        isinstance(chain, (types.FunctionType, type, functools.partial))
+                        and ins.argval not in stop_at
+                    ):
                         queue.extend(_functions_of(chain))
                 elif ins.opname in _ATTRIBUTES:
                     known = isinstance(chain, (types.ModuleType, type))
@@ -163,6 +169,43 @@ def _line_of(ins: dis.Instruction) -> int | None:
 
 
 # ---------------------------------------------------------------- what the checks look for
+
+
+@dataclass(frozen=True)
+class Helper:
+    """Another exercise's answer that the learner's code uses: its name, the learner's
+    definition, and the exercise it was reached through (None: the candidate calls it itself)."""
+
+    name: str
+    value: object
+    via: str | None = None
+
+    def raised(self, error: BaseException) -> bool:
+        """Whether ``error`` was raised in this helper's own code (its innermost learner frame)."""
+        code = innermost_learner_code(error)
+        return code is not None and any(
+            code in set(_codes(f.__code__)) for f in _functions_of(self.value)
+        )
+
+
+def exercise_helpers(candidate, exercises: set[str]) -> list[Helper]:
+    """The answers to other exercises (names in ``exercises``) that the learner's code uses,
+    written by the learner: those it calls itself first, then those they call, in turn."""
+    stop = frozenset(exercises)
+    helpers: list[Helper] = []
+    seen, queue = {id(candidate)}, [(candidate, None)]
+    while queue:
+        user, via = queue.pop(0)
+        for kind, found, _ in _uses(user, stop_at=stop):
+            value = found.value
+            if kind != "name" or found.name not in stop or id(value) in seen:
+                continue
+            if not is_learner_code(value):  # the course's reference, say: nothing to blame
+                continue
+            seen.add(id(value))
+            helpers.append(Helper(found.name, value, via))
+            queue.append((value, found.name))
+    return helpers
 
 
 def library_call(candidate, routines: dict[str, object]) -> Found | None:
@@ -307,6 +350,16 @@ def _cell_number(shell, filename: str) -> int | None:
 
 def source_line(filename: str, lineno: int | None) -> str:
     return linecache.getline(filename, lineno).strip() if lineno else ""
+
+
+def innermost_learner_code(error: BaseException) -> types.CodeType | None:
+    """The code object of the innermost frame of the learner's code in ``error``'s traceback."""
+    code, tb = None, error.__traceback__
+    while tb is not None:
+        if is_learner_file(tb.tb_frame.f_code.co_filename):
+            code = tb.tb_frame.f_code
+        tb = tb.tb_next
+    return code
 
 
 def learner_frames(error: BaseException) -> list[tuple[str, int, str]]:
