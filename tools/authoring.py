@@ -7,7 +7,7 @@ nothing is stale.
 
     python tools/authoring.py build           # stamp, generate and execute every notebook
     python tools/authoring.py build 02        # only lesson 02 (both versions)
-    python tools/authoring.py check           # fail if an exercise notebook is stale
+    python tools/authoring.py check           # fail if a notebook is stale or lacks a check
     python tools/authoring.py stats           # per lesson: answer lines, words, the targets
     python tools/authoring.py stats --run     # ... and each notebook's run time and peak memory
     python tools/authoring.py clean FILES     # clean notebook metadata (for pre-commit)
@@ -159,6 +159,31 @@ def stale_notebooks() -> list[str]:
             problems.append(
                 f"{target.relative_to(ROOT)}: stale, differs from what {path.relative_to(ROOT)} generates"
             )
+    return problems
+
+
+def missing_check_calls(paths: list[Path] | None = None) -> list[str]:
+    """Every registered exercise's check call (``check_softmax(softmax)``) must stand in a code
+    cell of both versions of its lesson, not commented out: a check cell dropped from a solution
+    and rebuilt would otherwise vanish from both without a word."""
+    from mha_course.exercises import EXERCISES
+
+    problems = []
+    for path in lesson_notebooks() if paths is None else paths:
+        code = [
+            line.split("#", 1)[0]
+            for cell in nbformat.read(path, as_version=4).cells
+            if cell.cell_type == "code"
+            for line in cell.source.splitlines()
+        ]
+        for exercise in EXERCISES:
+            if path.name.startswith(f"{exercise.lesson}_") and not any(
+                exercise.check_call in line for line in code
+            ):
+                problems.append(
+                    f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: no check "
+                    f"cell for {exercise.name} (`{exercise.check_call}`)"
+                )
     return problems
 
 
@@ -368,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         build(args.lessons or None, run=not args.no_execute)
     else:
-        problems = stale_notebooks()
+        problems = stale_notebooks() + missing_check_calls()
         print("\n".join(problems) or "every exercise notebook is up to date")
         return 1 if problems else 0
     return 0
