@@ -242,9 +242,9 @@ def _colab_note(directory: Path) -> str:
     """Why an earlier answer is missing on Colab, and the way to keep answers across notebooks."""
     if Path(directory).resolve() == (DRIVE / DRIVE_WORK_DIR).resolve():
         return (
-            f"(Answers are read from your Google Drive, {DRIVE_WORK_DIR.as_posix()}. One not found "
-            'there has not run yet with start(seed=0, work_dir="drive"): run its exercise cell '
-            "again with that set-up.)"
+            f"(Answers are read from your Google Drive, in {DRIVE_WORK_DIR.as_posix()}. An answer "
+            "is saved there when its exercise cell runs in a notebook set up with "
+            'work_dir="drive": run the earlier lesson\'s exercise cell that way once.)'
         )
     return (
         "(On Colab every notebook runs on a machine of its own, so answers saved by another "

@@ -273,7 +273,10 @@ def test_answers_on_the_drive_reach_a_notebook_on_another_machine(
     start(seed=0, work_dir="drive")
     assert len(colab) == 2
     loaded = load_your_work(before="01")
-    assert "softmax                        yours ✅" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "softmax                        yours ✅" in out
+    assert "pairwise_dot                   course reference (yours: not found)" in out
+    assert "Answers are read from your Google Drive, in MyDrive/mha-course/my_work." in out
     assert loaded.softmax is not reference.softmax
 
 

@@ -71,6 +71,19 @@ def test_an_answer_restored_with_load_is_saved_as_it_was_written(tmp_path):
     assert work.save_answer("# %load my_work/softmax.py\n" + SKELETON, tmp_path) is None
 
 
+def test_the_history_command_lists_the_folder_the_notebooks_use(tmp_path, monkeypatch, capsys):
+    from mha_course.__main__ import main
+
+    monkeypatch.setenv(work.WORK_DIR_VARIABLE, str(tmp_path))
+    work.save_answer(ANSWER)
+    work.save_answer(OTHER_ANSWER)
+    assert main(["history", "softmax"]) == 0
+    out = capsys.readouterr().out
+    [kept] = work.history("softmax")
+    assert f"(in {tmp_path}/.history/)" in out and f"  {kept.name}" in out
+    assert f"`%load {tmp_path}/.history/<its name>`" in out
+
+
 # ---------------------------------------------------------------- end to end, in a copy of the course
 
 ROOT = Path(__file__).resolve().parent.parent
