@@ -7,6 +7,11 @@ answer in it, its code is saved to ``my_work/<name>.py`` next to the notebook (s
 :func:`load_your_work`: the learner's own attention, multi-head attention and LayerNorm become
 the parts of their encoder. The last run of every exercise cell is also remembered
 (:func:`mha_course.work.last_run`), so a check can say when the cell it tests did not run.
+
+A cell that is still the skeleton is never saved; when an answer to it was saved earlier, that
+answer runs in the skeleton's place, so a lesson run again uses the learner's work. On Colab,
+where every notebook runs on a machine of its own, ``start(work_dir="drive")`` keeps the answers
+on the learner's Google Drive, where every lesson finds them.
 """
 
 from __future__ import annotations
