@@ -42,13 +42,16 @@ def main(argv=None) -> int:
 
 
 def _print_history(name, directory) -> int:
+    import os
     from pathlib import Path
 
     from .lessons import course_directory
-    from .work import history
+    from .work import WORK_DIR_VARIABLE, history
 
-    if directory is None:
-        directory = course_directory() / "notebooks" / "my_work"
+    if directory is None:  # the folder the notebooks use (start(work_dir=...) names it too)
+        directory = (
+            os.environ.get(WORK_DIR_VARIABLE) or course_directory() / "notebooks" / "my_work"
+        )
     versions = history(name, Path(directory))
     if not versions:
         print(f"no earlier versions in {directory}/.history/")
@@ -57,8 +60,9 @@ def _print_history(name, directory) -> int:
     for path in versions:
         print(f"  {path.name}")
     print(
-        "To use one again, copy its code into the exercise cell and run the cell "
-        "(your current answer is then kept in the history too)."
+        f"To use one again, replace its exercise cell's code with `%load {directory}/.history/"
+        "<its name>` and run the cell twice: it is then your answer (and the current one is kept "
+        "in the history too)."
     )
     return 0
 

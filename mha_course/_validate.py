@@ -5,6 +5,9 @@ Every message names the argument, the shape (or value) it got and the one expect
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
 
 
@@ -64,3 +67,20 @@ def require_probability(name: str, value) -> None:
         raise TypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1], got {value}")
+
+
+def require_positive_features(names: str, x: torch.Tensor, why: str) -> None:
+    """The last dim (the features of each token, E) holds at least one number."""
+    if x.size(-1) == 0:
+        raise ValueError(
+            f"{names} must have a positive feature size E (the last dim), got shape "
+            f"{shape_str(x.shape)} with E = 0; {why}"
+        )
+
+
+def require_finite_non_negative(name: str, value) -> None:
+    """A float >= 0 that is not NaN or infinite, e.g. LayerNorm's eps."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")

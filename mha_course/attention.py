@@ -16,7 +16,12 @@ import numbers
 import torch
 
 from . import kernel, masks
-from ._validate import require_floating, require_probability, shape_str
+from ._validate import (
+    require_floating,
+    require_positive_features,
+    require_probability,
+    shape_str,
+)
 from .masks import MAY_ATTEND, causal_mask, nothing_to_attend
 
 __all__ = ["scaled_dot_product_attention", "masked_softmax", "nothing_to_attend", "causal_mask"]
@@ -53,6 +58,9 @@ def _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale) 
             f"query and key must have the same feature size E to be compared: query {shape_str(query.shape)} "
             f"has E={query.size(-1)}, key {shape_str(key.shape)} has E={key.size(-1)}"
         )
+    require_positive_features(
+        "query and key", query, "the scores are scaled by 1/√E, and E = 0 leaves nothing to compare"
+    )
     if key.size(-2) != value.size(-2):
         raise ValueError(
             f"key and value must have the same length S (one value per key): key {shape_str(key.shape)} "

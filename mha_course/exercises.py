@@ -128,8 +128,8 @@ def evaluate(check_or_exercise, candidate, *, cell: bool = True) -> Verdict:
         return Verdict(exercise, "not done yet")
     try:
         exercise.check.run(candidate, cell=cell)
-    except NotDoneYet:
-        return Verdict(exercise, "not done yet")
+    except NotDoneYet as not_done:  # its message, if any, names the exercise it waits for
+        return Verdict(exercise, "not done yet", str(not_done))
     except CellDidNotRun as failure:
         return Verdict(exercise, "did not run", str(failure).split("\n")[0])
     except ExerciseFailure as failure:

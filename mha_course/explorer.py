@@ -210,6 +210,7 @@ class AttentionExplorer:
                 self.status,
             ]
         )
+        self._updating = False  # True while the sentence's change resets the query dropdown
         self.sentence.observe(self._on_sentence, names="value")
         for control in (self.layer, self.head, self.average, self.query):
             control.observe(self._on_view, names="value")
@@ -233,12 +234,19 @@ class AttentionExplorer:
         self.attention = attention
         self.status.value = ""
         old = self.query.value
-        with self.query.hold_trait_notifications():
+        # New options reset a dropdown to its first one (with notifications held too, once they
+        # are let go): set them, then the old index where it still fits, and draw once.
+        self._updating = True
+        try:
             self.query.options = query_choices(attention.tokens)
             self.query.value = min(old, len(attention.tokens) - 1)
+        finally:
+            self._updating = False
         self._refresh()
 
     def _on_view(self, change) -> None:
+        if self._updating:
+            return
         self.head.disabled = self.average.value
         self._refresh()
 
@@ -266,13 +274,24 @@ class AttentionExplorer:
         figure = self.figure()
         display(figure)
         plt.close(figure)
-        bundle = self.widget._repr_mimebundle_()
-        # The default text is the repr of every widget, PNG bytes included: replace it with a
-        # short, stable line (shown where widgets cannot run, and compared by test runs).
-        bundle["text/plain"] = (
-            "Attention explorer: run this notebook in Jupyter to use the controls."
-        )
-        display(bundle, raw=True)
+        display(_widget_bundle(self.widget), raw=True)
+        if hasattr(self.widget, "_handle_displayed"):  # ipywidgets 7 tells the widget it is shown
+            self.widget._handle_displayed()
+
+
+def _widget_bundle(widget) -> dict:
+    """What a notebook saves for a widget, built the same way under ipywidgets 7 (Colab's, which
+    has no ``_repr_mimebundle_``) and 8: the widget view for Jupyter, and instead of the repr of
+    every control (PNG bytes included) a short, stable text, shown where widgets cannot run and
+    compared by test runs."""
+    return {
+        "text/plain": "Attention explorer: run this notebook in Jupyter to use the controls.",
+        "application/vnd.jupyter.widget-view+json": {
+            "version_major": 2,
+            "version_minor": 0,
+            "model_id": widget.model_id,
+        },
+    }
 
 
 def attention_explorer(

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import require_floating, shape_str
+from ._validate import require_finite_non_negative, require_floating, shape_str
 
 __all__ = ["LayerNorm", "layer_norm_by_hand"]
 
@@ -40,6 +40,25 @@ def layer_norm_by_hand(
     if bias is not None:
         x_hat = x_hat + bias
     return x_hat
+
+
+def _sizes(normalized_shape) -> tuple[int, ...]:
+    """``16`` -> ``(16,)``; ``(4, 8)``, ``[4, 8]`` or a ``torch.Size`` -> ``(4, 8)``. Anything else
+    (a str, which is a sequence of characters; a float; a bool) is a TypeError."""
+
+    def is_size(n) -> bool:
+        return isinstance(n, numbers.Integral) and not isinstance(n, bool)
+
+    if is_size(normalized_shape):
+        return (int(normalized_shape),)
+    if isinstance(normalized_shape, (tuple, list, torch.Size)) and all(
+        is_size(n) for n in normalized_shape
+    ):
+        return tuple(int(n) for n in normalized_shape)
+    raise TypeError(
+        "normalized_shape must be an int (the number of features, e.g. 16) or a tuple of ints, "
+        f"got {type(normalized_shape).__name__} {normalized_shape!r}"
+    )
 
 
 class LayerNorm(nn.Module):
@@ -63,15 +82,10 @@ class LayerNorm(nn.Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        if isinstance(normalized_shape, numbers.Integral):
-            normalized_shape = (normalized_shape,)
-        normalized_shape = tuple(int(n) for n in normalized_shape)
+        normalized_shape = _sizes(normalized_shape)
         if not normalized_shape or any(n <= 0 for n in normalized_shape):
             raise ValueError(f"normalized_shape must be positive sizes, got {normalized_shape}")
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-            raise TypeError(f"eps must be a float, got {type(eps).__name__} {eps!r}")
-        if eps < 0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+        require_finite_non_negative("eps", eps)
         self.normalized_shape = normalized_shape
         self.eps = float(eps)
         self.elementwise_affine = elementwise_affine

@@ -205,9 +205,7 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._project(query, key, value, contiguous=need_weights)
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
-            heads, weights = kernel.attention(
-                q, k, v, mask, dropout_p
-            )  # (B, H, L, D), (B, H, L, S)
+            heads, weights = _attention_with_weights(q, k, v, mask, dropout_p)
         else:
             heads, weights = kernel.fused_attention(q, k, v, mask, dropout_p), None
         return self.out_proj(self._merge_heads(heads)), weights  # Concat(head_1, ..., head_h) W^O
@@ -291,3 +289,37 @@ class MultiHeadAttention(nn.Module):
                 f"{key.dtype} and {value.dtype}; convert the inputs or the module (e.g. module.to({query.dtype}))"
             )
         return batched
+
+
+# ---------------------------------------------------------------- the weights that do not fit
+
+
+_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)  # torch >= 2.3
+
+
+def _attention_with_weights(q, k, v, mask: masks.AttentionMask, dropout_p: float):
+    """kernel.attention: (B, H, L, D), (B, H, L, S). When the (B, H, L, S) weights do not fit in
+    memory, the allocator's error says so and that need_weights=False never builds them."""
+    if _is_compiling():  # a compiled graph reports its own errors
+        return kernel.attention(q, k, v, mask, dropout_p)
+    try:
+        return kernel.attention(q, k, v, mask, dropout_p)
+    except RuntimeError as error:  # torch.OutOfMemoryError is one too
+        if not _out_of_memory(error):
+            raise
+        B, H, L, S = (*q.shape[:-1], k.size(-2))
+        size = B * H * L * S * q.element_size()
+        dtype = str(q.dtype).removeprefix("torch.")
+        raise type(error)(
+            f"need_weights=True builds the attention weights (B, H, L, S) = ({B}, {H}, {L}, {S}), "
+            f"{size / 2**30:,.1f} GiB in {dtype}, more than the {q.device.type} memory can hold. "
+            "need_weights=False avoids building them: the fused kernel computes the output "
+            f"without them. (The allocator said: {str(error).splitlines()[0]})"
+        ) from error
+
+
+def _out_of_memory(error: RuntimeError) -> bool:
+    text = str(error).lower()
+    return isinstance(error, torch.OutOfMemoryError) or any(
+        words in text for words in ("out of memory", "can't allocate memory")
+    )

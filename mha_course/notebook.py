@@ -7,18 +7,35 @@ answer in it, its code is saved to ``my_work/<name>.py`` next to the notebook (s
 :func:`load_your_work`: the learner's own attention, multi-head attention and LayerNorm become
 the parts of their encoder. The last run of every exercise cell is also remembered
 (:func:`mha_course.work.last_run`), so a check can say when the cell it tests did not run.
+
+A cell that is still the skeleton is never saved; when an answer to it was saved earlier, that
+answer runs in the skeleton's place, so a lesson run again uses the learner's work. On Colab,
+where every notebook runs on a machine of its own, ``start(work_dir="drive")`` keeps the answers
+on the learner's Google Drive, where every lesson finds them.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
+from .checks._failure import error_line
 from .exercises import EXERCISES, Verdict, evaluate_file
 from .utils import get_device, seed_everything
-from .work import ExerciseRun, exercise_name, is_answer, record_run, save_answer, work_dir
+from .work import (
+    ExerciseRun,
+    choose_work_dir,
+    exercise_name,
+    is_answer,
+    record_run,
+    save_answer,
+    work_dir,
+)
 
 __all__ = ["start", "expect", "load_your_work"]
 
@@ -32,14 +49,21 @@ from einops import rearrange, einsum
 """
 
 
-def start(seed: int = 0) -> torch.device:
+def start(seed: int = 0, work_dir: str | os.PathLike | None = None) -> torch.device:
     """Seed everything, pick the device (CUDA, MPS, CPU), set the plot style and start saving
-    exercise answers. Returns the device."""
+    exercise answers. Returns the device.
+
+    ``work_dir`` is where your answers are kept: None for ``my_work/`` beside the notebook,
+    ``"drive"`` for your Google Drive on Colab (mounted here; ``MyDrive/mha-course/my_work``, the
+    same folder from every notebook, so a later lesson finds an earlier one's answers), or any
+    folder."""
+    folder = None if work_dir is None else _use_work_dir(work_dir)
     seed_everything(seed)
     device = get_device()
     _set_plot_style()
     _watch_exercise_cells()
-    print(f"Ready: device = {device.type}, seed = {seed}")
+    answers = "" if folder is None else f", answers in {folder}"
+    print(f"Ready: device = {device.type}, seed = {seed}{answers}")
     return device
 
 
@@ -51,6 +75,48 @@ def expect(statement: str, holds: bool) -> None:
     100 steps") with a tolerance, and prints the exact figures in a cell of their own whose output
     the course's tests do not compare."""
     print(f"✔ {statement}" if holds else f"✘ not so on this run: {statement}")
+
+
+# ---------------------------------------------------------------- where answers are kept
+
+DRIVE = Path("/content/drive")  # where Colab mounts Google Drive
+DRIVE_WORK_DIR = Path("MyDrive") / "mha-course" / "my_work"  # the answers' folder on the Drive
+
+
+def on_colab() -> bool:
+    """Whether this runs on Colab (``google.colab`` is importable)."""
+    if "google.colab" in sys.modules:  # Colab's kernel imports it at start
+        return True
+    try:
+        return importlib.util.find_spec("google.colab") is not None
+    except (ImportError, ValueError):  # no "google" package at all
+        return False
+
+
+def _use_work_dir(work_dir) -> Path:
+    if isinstance(work_dir, str) and work_dir == "drive":
+        return choose_work_dir(_mount_drive() / DRIVE_WORK_DIR)
+    if not isinstance(work_dir, (str, os.PathLike)):
+        raise TypeError(
+            f'work_dir must be "drive", a folder (str or Path) or None, got '
+            f"{type(work_dir).__name__} {work_dir!r}"
+        )
+    return choose_work_dir(work_dir)
+
+
+def _mount_drive() -> Path:
+    """Mount Google Drive (Colab asks for permission the first time); return where it is."""
+    try:
+        from google.colab import drive
+    except ImportError:
+        raise ValueError(
+            'work_dir="drive" keeps your answers on Google Drive, which works only on Colab '
+            "(google.colab cannot be imported here). Leave work_dir out to keep them in my_work/ "
+            'beside the notebook, or name a folder: start(work_dir="path/to/folder").'
+        ) from None
+    if not (DRIVE / "MyDrive").is_dir():  # not mounted yet on this machine
+        drive.mount(str(DRIVE))
+    return DRIVE
 
 
 def _set_plot_style() -> None:
@@ -68,11 +134,14 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def after_exercise_cell(source: str, error: BaseException | None = None) -> None:
+def after_exercise_cell(
+    source: str, error: BaseException | None = None, namespace: dict | None = None
+) -> None:
     """Remember how an exercise cell's run went; save it to my_work/ when it ran and is an answer.
 
-    A cell that is still the skeleton is never saved. If an answer to it was saved earlier, say
-    where it is, so a learner with a fresh notebook can bring it back."""
+    A cell that is still the skeleton is never saved. If an answer to it was saved earlier, that
+    answer runs in ``namespace`` (the notebook's) in the skeleton's place, so the check and the
+    cells below use it, and one line says so and how to bring it into the cell."""
     name = exercise_name(source)
     if name is None:
         return
@@ -81,12 +150,39 @@ def after_exercise_cell(source: str, error: BaseException | None = None) -> None
         return
     if is_answer(source):
         save_answer(source)
-    elif (work_dir() / f"{name}.py").exists():
+        return
+    path = work_dir() / f"{name}.py"
+    if not path.is_file():
+        return
+    shown = path.as_posix()
+    problem = "" if namespace is None else run_saved_answer(name, path, namespace)
+    if problem is None:
         print(
-            f"(Your earlier answer is kept in my_work/{name}.py; this cell is still the skeleton. "
-            f"To bring your answer back, replace this cell's code with `%load my_work/{name}.py`, "
-            f"run it, then run it once more.)"
+            f"↩ Your answer saved in {shown} runs in place of this skeleton. To edit it here, "
+            f"replace this cell's code with `%load {shown}` and run the cell."
         )
+    else:
+        print(
+            f"Your answer saved in {shown} {problem or 'was not run'}, so {name} is this cell's "
+            f"skeleton. To fix it here, replace this cell's code with `%load {shown}` and run the cell."
+        )
+
+
+def run_saved_answer(name: str, path: Path, namespace: dict) -> str | None:
+    """Run the answer saved in ``path`` in ``namespace``: None when it ran and defined ``name``;
+    otherwise what went wrong, in a few words, with ``namespace`` left as it was."""
+    before = dict(namespace)
+    try:
+        code = compile(path.read_text(encoding="utf-8"), str(path.resolve()), "exec")
+        exec(code, namespace)
+        problem = None if namespace.get(name) is not before.get(name) else f"defines no {name}"
+    except Exception as error:  # a broken answer is reported, never fatal
+        problem = f"did not run ({error_line(error)})"
+    if problem is not None:
+        for key in set(namespace) - set(before):
+            del namespace[key]
+        namespace.update(before)
+    return problem
 
 
 def _watch_exercise_cells() -> None:
@@ -99,7 +195,9 @@ def _watch_exercise_cells() -> None:
         return
 
     def after_cell(result) -> None:
-        after_exercise_cell(result.info.raw_cell, result.error_before_exec or result.error_in_exec)
+        after_exercise_cell(
+            result.info.raw_cell, result.error_before_exec or result.error_in_exec, shell.user_ns
+        )
 
     callbacks = shell.events.callbacks["post_run_cell"]
     if not any(
@@ -124,12 +222,13 @@ def load_your_work(
     directory = work_dir() if directory is None else Path(directory)
     namespace: dict = {}
     exec(_PREAMBLE, namespace)
-    lines = []
+    lines, missing = [], False
     for exercise in EXERCISES:
         verdict = _load_answer(exercise, directory / f"{exercise.name}.py", namespace)
         if not verdict.passed:
             namespace[exercise.name] = exercise.reference
         if before is None or exercise.lesson < before:
+            missing = missing or verdict.status == "not found"
             lines.append(
                 f"  {exercise.lesson} {exercise.name:<30} "
                 + ("yours ✅" if verdict.passed else f"course reference (yours: {verdict.status})")
@@ -139,13 +238,25 @@ def load_your_work(
     if not quiet:
         print("Answers loaded from my_work/:")
         print("\n".join(lines))
-        if any("not found" in line for line in lines):
-            print(
-                "(An answer is saved when its exercise cell runs, in the notebook's folder. On Colab "
-                "every notebook runs on a machine of its own: run the earlier lesson's exercise cell "
-                "in this notebook to use your answer here.)"
-            )
+        if missing and on_colab():
+            print(_colab_note(directory))
     return SimpleNamespace(**{e.name: namespace[e.name] for e in EXERCISES})
+
+
+def _colab_note(directory: Path) -> str:
+    """Why an earlier answer is missing on Colab, and the way to keep answers across notebooks."""
+    if Path(directory).resolve() == (DRIVE / DRIVE_WORK_DIR).resolve():
+        return (
+            f"(Answers are read from your Google Drive, in {DRIVE_WORK_DIR.as_posix()}. An answer "
+            "is saved there when its exercise cell runs in a notebook set up with "
+            'work_dir="drive": run the earlier lesson\'s exercise cell that way once.)'
+        )
+    return (
+        "(On Colab every notebook runs on a machine of its own, so answers saved by another "
+        "notebook are not here. To keep them across notebooks, make the set-up cell's last line "
+        'device = start(seed=0, work_dir="drive") in every lesson: your answers then live on '
+        f"your Google Drive, in {DRIVE_WORK_DIR.as_posix()}.)"
+    )
 
 
 def _load_answer(exercise, path: Path, namespace: dict) -> Verdict:

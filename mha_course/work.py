@@ -1,8 +1,9 @@
 """The learner's own work: the answers saved from exercise cells, and every earlier version of them.
 
-An exercise cell starts with ``# exercise: <name>``. When it runs, its code is saved to
-``my_work/<name>.py`` beside the notebook, where later lessons load it. Three rules keep that
-work safe:
+An exercise cell starts with ``# exercise: <name>`` (after the ``# %load <file>`` line that
+IPython's ``%load`` puts first, when the answer was brought back that way). When it runs, its code
+is saved to ``my_work/<name>.py`` beside the notebook, where later lessons load it. Three rules
+keep that work safe:
 
 * a cell that still holds the skeleton's ``raise NotImplementedError(...)`` line is not an answer,
   so it is never saved (re-running a lesson you solved earlier, or a fresh copy of it, cannot
@@ -11,6 +12,9 @@ work safe:
   ``my_work/.history/<name>.<date>-<time>.py``, so no version is ever lost;
 * ``MHA_COURSE_WORK_DIR`` moves the whole folder elsewhere: the course's tests run the notebooks
   against a private folder of their own and never read or write yours.
+
+``start(work_dir=...)`` (:func:`choose_work_dir`) moves it too, e.g. onto Google Drive on Colab,
+where every notebook runs on a machine of its own; a folder the environment names still wins.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ __all__ = [
     "TODO",
     "EXERCISE_MARKER",
     "work_dir",
+    "choose_work_dir",
     "exercise_name",
+    "answer_source",
     "is_answer",
     "save_answer",
     "keep_earlier_version",
@@ -39,18 +45,47 @@ __all__ = [
 # that still holds it is not an answer yet.
 TODO = 'raise NotImplementedError("Exercise: write this part, then run the check below.")'
 EXERCISE_MARKER = re.compile(r"^\s*# exercise: (\w+)")
+# What ``%load my_work/<name>.py`` writes above the file it brings into a cell.
+_LOAD_LINES = re.compile(r"\A(?:[ \t]*# %load [^\n]*(?:\n|\Z))+")
 WORK_DIR_VARIABLE = "MHA_COURSE_WORK_DIR"
 
 
 def work_dir() -> Path:
-    """Where answers are saved: ``$MHA_COURSE_WORK_DIR`` if set, else ``my_work`` in the
-    current folder (a notebook's kernel runs in the notebook's folder)."""
+    """Where answers are saved: ``$MHA_COURSE_WORK_DIR`` if set (by the tests, or by
+    :func:`choose_work_dir`), else ``my_work`` in the current folder (a notebook's kernel runs in
+    the notebook's folder)."""
     return Path(os.environ.get(WORK_DIR_VARIABLE) or "my_work")
 
 
+_CHOSEN: list[str] = []  # the folder choose_work_dir last put in the environment
+
+
+def choose_work_dir(directory: Path | str) -> Path:
+    """Save and load answers in ``directory`` from now on (in this kernel and in the commands it
+    starts, such as ``!python -m mha_course history``); returns the folder in use.
+
+    A folder the environment already names (``MHA_COURSE_WORK_DIR``, set by the course's tests
+    for a private folder of their own) wins: then nothing changes."""
+    current = os.environ.get(WORK_DIR_VARIABLE)
+    if current and current not in _CHOSEN:
+        return Path(current)
+    folder = Path(directory).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ[WORK_DIR_VARIABLE] = str(folder)
+    _CHOSEN[:] = [str(folder)]
+    return folder
+
+
+def answer_source(source: str) -> str:
+    """A cell's code without the ``# %load <file>`` line(s) that ``%load`` puts first: what is
+    saved, so a restored answer is saved as it was written."""
+    return _LOAD_LINES.sub("", source, count=1)
+
+
 def exercise_name(source: str) -> str | None:
-    """``"# exercise: softmax\\n..."`` -> ``"softmax"``; None for any other cell."""
-    match = EXERCISE_MARKER.match(source)
+    """``"# exercise: softmax\\n..."`` -> ``"softmax"`` (also below a ``# %load ...`` line);
+    None for any other cell."""
+    match = EXERCISE_MARKER.match(answer_source(source))
     return match.group(1) if match else None
 
 
@@ -81,6 +116,7 @@ def save_answer(source: str, directory: Path | None = None) -> Path | None:
     directory = work_dir() if directory is None else Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{exercise_name(source)}.py"
+    source = answer_source(source)
     text = source if source.endswith("\n") else source + "\n"
     if path.exists():
         if path.read_text(encoding="utf-8") == text:

@@ -18,3 +18,10 @@ def gpu() -> torch.device:
     if os.environ.get("MHA_COURSE_GPU_TESTS_ON") == "cpu":
         return torch.device("cpu")
     pytest.skip("no CUDA device here (torch.cuda.is_available() is False); run on a GPU machine")
+
+
+@pytest.fixture(autouse=True)
+def private_work_dir(tmp_path_factory, monkeypatch):
+    """No unit test reads or writes a learner's my_work/: answers go to a private folder (a
+    test of the default folder removes the variable itself)."""
+    monkeypatch.setenv("MHA_COURSE_WORK_DIR", str(tmp_path_factory.mktemp("my_work")))

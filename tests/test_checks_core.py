@@ -6,6 +6,7 @@ import torch
 
 from mha_course import reference, work
 from mha_course.checks import ExerciseFailure, check_softmax
+from mha_course.checks._core import compare, count, your
 from mha_course.exercises import EXERCISES, by_name, evaluate, evaluate_file, yours_or_reference
 from mha_course.notebook import after_exercise_cell, load_your_work
 
@@ -62,6 +63,32 @@ def test_a_crash_keeps_the_learners_frame_and_none_of_the_checkers():
     assert isinstance(failure.raised, RuntimeError)
 
 
+@pytest.mark.parametrize("ipython", ["8 and later", "7 (Colab)", "7, ipykernel 6"])
+def test_a_cell_is_named_as_the_notebook_shows_it(ipython, monkeypatch):
+    """IPython 8 names a cell with ``compile.format_code_name``; IPython 7.34 (Colab's) has no
+    such method: its cell is "<ipython-input-7-...>", or ipykernel 6's file named by the code."""
+    import linecache
+    import types
+
+    import IPython
+
+    from mha_course.checks._inspect import where
+
+    filename = "<ipython-input-7-0123456789ab>" if ipython == "7 (Colab)" else "/tmp/k/123.py"
+    compiler = types.SimpleNamespace()
+    if ipython == "8 and later":
+        compiler.format_code_name = lambda name: ("Cell", "In[7]") if name == filename else None
+    history = types.SimpleNamespace(input_hist_parsed=["", "x = 1", "y = 2", "z = 3", "y = 2"])
+    shell = types.SimpleNamespace(compile=compiler, history_manager=history)
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    monkeypatch.setitem(linecache.cache, filename, (6, None, ["y = 2\n"], filename))
+    label = "Cell In[4]" if ipython == "7, ipykernel 6" else "Cell In[7]"  # the latest one
+    assert where(filename, 3) == f"{label}, line 3"
+    assert where("/tmp/k/unknown.py", 2) == "/tmp/k/unknown.py, line 2"  # not a cell: its path
+    compiler.format_code_name = lambda name: 1 / 0  # whatever goes wrong, the message shows
+    assert where(filename, 1).endswith(", line 1")
+
+
 def test_a_long_message_is_cut_to_fifteen_lines():
     failure = ExerciseFailure("\n".join(f"line {i}" for i in range(40)))
     lines = failure._render_traceback_()
@@ -72,6 +99,36 @@ def test_outside_ipython_it_is_an_assertion_error_with_the_same_message():
     with pytest.raises(AssertionError) as info:
         check_softmax(wrong_axis)
     assert str(info.value).startswith("Case 'a (3, 4) matrix")
+
+
+def test_a_nan_result_is_named_in_plain_words():
+    def overflows(scores):  # the classic unstable softmax: NaN where exp overflows
+        return scores.exp() / scores.exp().sum(dim=-1, keepdim=True)
+
+    message = str(failure_of(check_softmax, overflows))
+    assert "  your weights contain NaN at " in message and "your the" not in message
+    one = torch.tensor([[0.5, float("nan")]])
+    with pytest.raises(ExerciseFailure, match=r"your outputs contain NaN at 1 place\.$"):
+        compare("c", "outputs", one, torch.zeros(1, 2))
+    with pytest.raises(ExerciseFailure, match="your weights contain NaN at 2 places"):
+        compare("c", "the weights", torch.full((2,), float("nan")), torch.zeros(2))
+    assert [your(w) for w in ("the weights", "a mask", "an output", "outputs", "theta")] == [
+        "your weights",
+        "your mask",
+        "your output",
+        "your outputs",
+        "your theta",
+    ]
+    assert (count(1, "place"), count(3, "place")) == ("1 place", "3 places")
+
+
+def test_entries_that_differ_are_counted_in_plain_words():
+    from mha_course.checks._steps import _compare_bool
+
+    with pytest.raises(ExerciseFailure, match="differ from the reference at 1 place, first at"):
+        _compare_bool(
+            "c", "the entries", torch.tensor([True, False]), torch.tensor([True, True]), ""
+        )
 
 
 # ---------------------------------------------------------------- the exercise cell's last run

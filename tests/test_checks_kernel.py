@@ -16,7 +16,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mha_course.notebook import start
 from mha_course.checks import (
-    check_layer_norm, check_multi_head_attention, check_scaled_dot_product_attention,
+    check_layer_norm, check_load_layer, check_multi_head_attention,
+    check_scaled_dot_product_attention,
 )
 start()
 d_k, h = 6, 4  # the notebook's own example sizes
@@ -118,6 +119,28 @@ check_layer_norm(LayerNorm)
     ),
 ]
 
+# A correct answer whose check reads a crash of it: lesson 05's load_layer, written for the layer
+# with q_proj, k_proj and v_proj, first meets the packed layout and raises AttributeError there.
+CORRECT_LOAD_LAYER = """
+def load_layer(layer, weights, i):
+    with torch.no_grad():
+        places = {
+            "attention.self.query": layer.self_attn.q_proj,
+            "attention.self.key": layer.self_attn.k_proj,
+            "attention.self.value": layer.self_attn.v_proj,
+            "attention.output.dense": layer.self_attn.out_proj,
+            "attention.output.LayerNorm": layer.norm1,
+            "intermediate.dense": layer.linear1,
+            "output.dense": layer.linear2,
+            "output.LayerNorm": layer.norm2,
+        }
+        for name, module in places.items():
+            module.weight.copy_(weights[f"encoder.layer.{i}.{name}.weight"])
+            module.bias.copy_(weights[f"encoder.layer.{i}.{name}.bias"])
+
+
+check_load_layer(load_layer)
+"""
 BROKEN_CELL = "# exercise: MultiHeadAttention\nclass MultiHeadAttention(nn.Module:\n    pass\n"
 STALE_CHECK = "check_multi_head_attention(MultiHeadAttention)"
 
@@ -134,7 +157,8 @@ def test_failing_checks_in_a_kernel_are_short_and_name_the_cause(tmp_path, monke
     from nbclient import NotebookClient
 
     monkeypatch.setenv("MHA_COURSE_WORK_DIR", str(tmp_path / "my_work"))
-    sources = [SETUP] + [cell for cell, _ in WRONG_ANSWERS] + [BROKEN_CELL, STALE_CHECK]
+    sources = [SETUP] + [cell for cell, _ in WRONG_ANSWERS]
+    sources += [CORRECT_LOAD_LAYER, BROKEN_CELL, STALE_CHECK]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
     NotebookClient(
         nb, timeout=60, allow_errors=True, resources={"metadata": {"path": str(tmp_path)}}
@@ -153,6 +177,10 @@ def test_failing_checks_in_a_kernel_are_short_and_name_the_cause(tmp_path, monke
         assert "Traceback" not in text and "----" not in text, text
     crash = "\n".join(error_lines(nb.cells[5]))
     assert "Cell In[" in crash and "RuntimeError" in crash, crash
+
+    correct = nb.cells[-3]
+    assert [o.output_type for o in correct.outputs] == ["stream"], correct.outputs
+    assert correct.outputs[0].text.startswith("✅ load_layer"), correct.outputs
 
     stale = error_lines(nb.cells[-1])
     text = "\n".join(stale)

@@ -189,3 +189,18 @@ def test_attention_explorer_shows_a_static_figure_first_then_the_widgets(model, 
         == "Attention explorer: run this notebook in Jupyter to use the controls."
     )
     assert set(plt.get_fignums()) == open_before  # nothing left open to be drawn a second time
+    view = bundle["application/vnd.jupyter.widget-view+json"]
+    assert view["version_major"] == 2 and len(view["model_id"]) == 32
+
+
+def test_a_new_sentence_keeps_the_query_index_where_it_fits(model, monkeypatch):
+    explorer = AttentionExplorer(model, SENTENCE, layer=2, query_index=4)  # "like"
+    drawn = []
+    monkeypatch.setattr(explorer, "figure", lambda: drawn.append(explorer.view) or plt.figure())
+    explorer.sentence.value = "I like tea and coffee."
+    assert explorer.attention.tokens[:4] == ["[CLS]", "i", "like", "tea"]
+    assert explorer.view == (2, None, 4)  # still query 4 ("and" now), not token 0
+    assert "<b>and</b> looks most at" in explorer.text.value
+    assert drawn == [(2, None, 4)]  # drawn once, for the new sentence
+    explorer.sentence.value = "Tea?"  # too short for index 4: the last token
+    assert explorer.view == (2, None, 3)

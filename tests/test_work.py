@@ -48,10 +48,40 @@ def test_the_work_folder_follows_the_environment(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "source, name",
-    [("# exercise: LayerNorm\nclass LayerNorm: ...", "LayerNorm"), ("# a comment", None)],
+    [
+        ("# exercise: LayerNorm\nclass LayerNorm: ...", "LayerNorm"),
+        ("# a comment", None),
+        # what %load puts in a cell: the marker is found below its line
+        ("# %load my_work/LayerNorm.py\n# exercise: LayerNorm\nclass LayerNorm: ...", "LayerNorm"),
+        ("# %load my_work/.history/softmax.20260101-120000.py\n" + ANSWER, "softmax"),
+        ("%load my_work/softmax.py", None),  # the magic itself, before it ran
+        ("x = 1\n# exercise: softmax\n", None),
+    ],
 )
 def test_exercise_name(source, name):
     assert work.exercise_name(source) == name
+
+
+def test_an_answer_restored_with_load_is_saved_as_it_was_written(tmp_path):
+    work.save_answer(OTHER_ANSWER, tmp_path)
+    restored = "# %load my_work/.history/softmax.20260101-120000.py\n" + ANSWER
+    assert work.is_answer(restored)
+    assert work.save_answer(restored, tmp_path).read_text() == ANSWER
+    assert [p.read_text() for p in work.history("softmax", tmp_path)] == [OTHER_ANSWER]
+    assert work.save_answer("# %load my_work/softmax.py\n" + SKELETON, tmp_path) is None
+
+
+def test_the_history_command_lists_the_folder_the_notebooks_use(tmp_path, monkeypatch, capsys):
+    from mha_course.__main__ import main
+
+    monkeypatch.setenv(work.WORK_DIR_VARIABLE, str(tmp_path))
+    work.save_answer(ANSWER)
+    work.save_answer(OTHER_ANSWER)
+    assert main(["history", "softmax"]) == 0
+    out = capsys.readouterr().out
+    [kept] = work.history("softmax")
+    assert f"(in {tmp_path}/.history/)" in out and f"  {kept.name}" in out
+    assert f"`%load {tmp_path}/.history/<its name>`" in out
 
 
 # ---------------------------------------------------------------- end to end, in a copy of the course
@@ -136,21 +166,36 @@ def test_rerunning_a_lesson_keeps_the_answer_and_every_earlier_version(tmp_path,
     course = course_copy(tmp_path)
     lesson = course / "notebooks" / "00_setup.ipynb"
 
-    def run_all_cells() -> str:
-        """Run the learner's notebook top to bottom; what its exercise cell printed."""
+    def run_all_cells() -> tuple[str, str]:
+        """Run the learner's notebook top to bottom; what its exercise cell and the check cell
+        below it printed."""
         nb = nbformat.read(lesson, as_version=4)
         resources = {"metadata": {"path": str(lesson.parent)}}
         NotebookClient(nb, timeout=300, resources=resources).execute()
-        cell = next(c for c in nb.cells if c.source.startswith("# exercise: softmax"))
-        return "".join(output.get("text", "") for output in cell.outputs)
+        at = next(i for i, c in enumerate(nb.cells) if "# exercise: softmax" in c.source)
+        return tuple("".join(o.get("text", "") for o in c.outputs) for c in nb.cells[at : at + 2])
 
-    # The lesson's skeleton, never touched: the answer saved earlier stays, and the cell says where.
-    said = run_all_cells()
+    # The lesson's skeleton, never touched: the answer saved earlier stays and runs in its
+    # place, the cell says so, and the check tests it.
+    said, checked = run_all_cells()
     assert (lesson.parent / "my_work" / "softmax.py").read_text() == LEARNER_ANSWER
-    assert "%load my_work/softmax.py" in said
+    assert "runs in place of this skeleton" in said and "`%load my_work/softmax.py`" in said
+    assert "✅ softmax" in checked
     # Another answer written in the notebook replaces it; the earlier one is kept in the history.
     shutil.copy(course / "notebooks" / "solutions" / "00_setup.ipynb", lesson)
     run_all_cells()
-    assert (lesson.parent / "my_work" / "softmax.py").read_text() != LEARNER_ANSWER
-    kept = work.history("softmax", lesson.parent / "my_work")
-    assert [p.read_text() for p in kept] == [LEARNER_ANSWER]
+    solution = (lesson.parent / "my_work" / "softmax.py").read_text()
+    assert solution != LEARNER_ANSWER
+    [kept] = work.history("softmax", lesson.parent / "my_work")
+    assert kept.read_text() == LEARNER_ANSWER
+    # The earlier version brought back with %load, then run: it is the answer again, and the one
+    # it replaces is kept.
+    nb = nbformat.read(lesson, as_version=4)
+    cell = next(c for c in nb.cells if c.source.startswith("# exercise: softmax"))
+    cell.source = f"# %load my_work/.history/{kept.name}\n" + kept.read_text()
+    nbformat.write(nb, lesson)
+    said, checked = run_all_cells()
+    assert (lesson.parent / "my_work" / "softmax.py").read_text() == LEARNER_ANSWER
+    history = work.history("softmax", lesson.parent / "my_work")
+    assert [p.read_text() for p in history] == [LEARNER_ANSWER, solution]
+    assert said == "" and "✅ softmax" in checked

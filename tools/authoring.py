@@ -162,6 +162,31 @@ def stale_notebooks() -> list[str]:
     return problems
 
 
+def missing_check_calls(paths: list[Path] | None = None) -> list[str]:
+    """Every registered exercise's check call (``check_softmax(softmax)``) must stand in a code
+    cell of both versions of its lesson, not commented out: a check cell dropped from a solution
+    and rebuilt would otherwise vanish from both without a word."""
+    from mha_course.exercises import EXERCISES
+
+    problems = []
+    for path in lesson_notebooks() if paths is None else paths:
+        code = [
+            line.split("#", 1)[0]
+            for cell in nbformat.read(path, as_version=4).cells
+            if cell.cell_type == "code"
+            for line in cell.source.splitlines()
+        ]
+        for exercise in EXERCISES:
+            if path.name.startswith(f"{exercise.lesson}_") and not any(
+                exercise.check_call in line for line in code
+            ):
+                problems.append(
+                    f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: no check "
+                    f"cell for {exercise.name} (`{exercise.check_call}`)"
+                )
+    return problems
+
+
 # ---------------------------------------------------------------- executing and saving
 
 
@@ -368,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         build(args.lessons or None, run=not args.no_execute)
     else:
-        problems = stale_notebooks()
+        problems = stale_notebooks() + missing_check_calls()
         print("\n".join(problems) or "every exercise notebook is up to date")
         return 1 if problems else 0
     return 0

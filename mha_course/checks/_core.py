@@ -29,7 +29,7 @@ import torch
 from .._validate import shape_str
 from ..work import last_run
 from ._failure import CellDidNotRun, ExerciseFailure, NotDoneYet, _error_text, error_line
-from ._inspect import frame_lines, library_call, notebook_variable
+from ._inspect import Helper, exercise_helpers, frame_lines, library_call, notebook_variable
 
 __all__ = [
     "ExerciseFailure",
@@ -45,6 +45,8 @@ __all__ = [
     "require_shape",
     "compare",
     "diagnose",
+    "your",
+    "count",
 ]
 
 
@@ -73,8 +75,11 @@ class Checker:
     def __call__(self, candidate) -> None:
         try:
             n_cases = self.run(candidate)
-        except NotDoneYet:
-            print(f"⏳ {self.exercise}: not done yet. {self.what_to_do} Then re-run this cell.")
+        except NotDoneYet as not_done:
+            if str(not_done):  # another exercise it uses is not done yet
+                print(f"⏳ {not_done}")
+            else:
+                print(f"⏳ {self.exercise}: not done yet. {self.what_to_do} Then re-run this cell.")
             return
         print(f"✅ {self.exercise}: all {n_cases} cases match the reference. Well done!")
 
@@ -90,16 +95,28 @@ class Checker:
     def run(self, candidate, *, cell: bool = True) -> int:
         """The number of cases passed; raises NotDoneYet or ExerciseFailure. ``cell``: the
         candidate is what the notebook's exercise cell defined, so a failed last run of that
-        cell means it is stale."""
+        cell means it is stale.
+
+        When the answer fails and it uses another exercise's answer that is not done yet or
+        does not pass its own check (a MultiHeadAttention calling the learner's split_heads),
+        the failure names that one instead."""
         try:
             if cell:
                 self._require_cell_ran(candidate)
             self._require_own_work(candidate)
-            return self._run_cases(candidate)
+            try:
+                return self._run_cases(candidate)
+            except (NotDoneYet, NotImplementedError) as error:
+                raise _helpers_not_done(self.exercise, candidate, error) from None
+            except Exception:
+                _raise_for_failing_helper(self.exercise, candidate, cell)
+                raise
         except ExerciseFailure as failure:
             failure.check, failure.learner = self.__name__, self.exercise
             raise
-        except (NotDoneYet, NotImplementedError):
+        except NotDoneYet:
+            raise
+        except NotImplementedError:
             raise NotDoneYet() from None
         except Exception as error:  # the answer broke the checker's own steps: say how
             failure = crashed(
@@ -152,6 +169,75 @@ class Checker:
                     ]
                 )
             )
+
+
+# ---------------------------------------------------------------- answers that use other answers
+
+_BEING_CHECKED: set[str] = set()  # the exercises whose helpers are being checked (no cycles)
+
+
+def _helpers(exercise: str, candidate) -> list[Helper]:
+    """The learner's answers to other registered exercises that ``candidate`` uses."""
+    from .. import exercises  # the registry imports the checkers: import it when it is needed
+
+    names = {e.name for e in exercises.EXERCISES} - {exercise}
+    try:
+        return exercise_helpers(candidate, names)
+    except Exception:  # reading the answer's code must never hide the answer's own failure
+        return []
+
+
+def _helpers_not_done(exercise: str, candidate, error: BaseException) -> NotDoneYet:
+    """NotDoneYet for ``candidate``: plain when its own code is the skeleton, naming the helper
+    when the skeleton that raised is another exercise's that it uses."""
+    while error is not None and not isinstance(error, NotImplementedError):
+        error = error.__cause__ or error.__context__
+    if error is None:
+        return NotDoneYet()
+    helper = next((h for h in _helpers(exercise, candidate) if h.raised(error)), None)
+    if helper is None:
+        return NotDoneYet()
+    return NotDoneYet(
+        f"Your {exercise} calls {helper.name}{_through(helper)}, which is not done yet. Write "
+        f"{helper.name} first (its exercise cell, then its check), then re-run this cell."
+    )
+
+
+def _raise_for_failing_helper(exercise: str, candidate, cell: bool) -> None:
+    """Raise the failure that names the first helper of ``candidate`` that does not pass its
+    own check, if there is one (``candidate`` itself has just failed)."""
+    from .. import exercises
+
+    if exercise in _BEING_CHECKED:
+        return
+    _BEING_CHECKED.add(exercise)
+    try:
+        for helper in _helpers(exercise, candidate):
+            verdict = exercises.evaluate(exercises.by_name(helper.name), helper.value, cell=cell)
+            if not verdict.passed:
+                raise ExerciseFailure(_helper_message(exercise, helper, verdict)) from None
+    finally:
+        _BEING_CHECKED.discard(exercise)
+
+
+def _through(helper: Helper) -> str:
+    return "" if helper.via is None else f" (through your {helper.via})"
+
+
+def _helper_message(exercise: str, helper: Helper, verdict) -> str:
+    name, check_call = helper.name, verdict.exercise.check_call
+    problem = {
+        "not done yet": "which is not done yet",
+        "did not run": "whose exercise cell did not run",
+    }.get(verdict.status, f"which does not pass {check_call.split('(')[0]}")
+    lines = [f"Your {exercise} calls {name}{_through(helper)}, {problem}."]
+    if verdict.reason:
+        lines.append(f"  {name}: {verdict.reason}")
+    lines.append(
+        f"Likely cause: {name}, not your {exercise}: fix {name} first ({check_call} shows "
+        "why), then run this check again."
+    )
+    return "\n".join(lines)
 
 
 def checker(exercise: str, what_to_do: str, *, own_work: dict | None = None) -> Callable:
@@ -320,7 +406,8 @@ def compare(
     g, e = got.detach().double().cpu(), expected.detach().double().cpu()
     message = [f"Case {case!r}: {what} differ from the reference."]
     if torch.isnan(g).any():
-        message.append(f"  your {what} contain NaN at {int(torch.isnan(g).sum())} places.")
+        n = int(torch.isnan(g).sum())
+        message.append(f"  {your(what)} contain NaN at {count(n, 'place')}.")
     else:
         diff = (g - e).abs()
         index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
@@ -333,6 +420,21 @@ def compare(
     if reason:
         message.append(f"Likely cause: {reason}")
     raise ExerciseFailure("\n".join(message))
+
+
+def count(n: int, thing: str) -> str:
+    """``count(1, "place")`` -> "1 place", ``count(2, "place")`` -> "2 places"."""
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
+
+
+def your(what: str) -> str:
+    """ "the weights" -> "your weights", "outputs" -> "your outputs": a message's words for the
+    learner's result, without a second article."""
+    for article in ("the ", "a ", "an "):
+        if what.lower().startswith(article):
+            what = what[len(article) :]
+            break
+    return f"your {what}"
 
 
 def _row(t: torch.Tensor, row: tuple[int, ...]) -> str:

@@ -19,6 +19,7 @@ import dis
 import functools
 import linecache
 import os
+import re
 import site
 import sysconfig
 import types
@@ -30,6 +31,9 @@ import torch
 
 __all__ = [
     "Found",
+    "Helper",
+    "exercise_helpers",
+    "innermost_learner_code",
     "library_call",
     "notebook_variable",
     "learner_frames",
@@ -123,11 +127,11 @@ def _value(function: types.FunctionType, code: types.CodeType, name: str, opname
     return None
 
 
-def _uses(candidate) -> Iterator[tuple[str, Found, bool]]:
+def _uses(candidate, stop_at: frozenset[str] = frozenset()) -> Iterator[tuple[str, Found, bool]]:
     """Every name the learner's code loads, as ``(kind, found, is_global)``; kind is "name" or
     "attribute". An attribute's value is known when the chain before it is (``torch.nn.functional
     .scaled_dot_product_attention``). Learner-written functions and classes that the code uses
-    are read too."""
+    are read too, except those loaded under a name in ``stop_at``."""
     queue, seen = _functions_of(candidate), set()
     while queue:
         function = queue.pop()
@@ -142,7 +146,10 @@ def _uses(candidate) -> Iterator[tuple[str, Found, bool]]:
                     chain = _value(function, code, ins.argval, ins.opname)
                     found = Found(ins.argval, chain, code.co_filename, line)
                     yield "name", found, ins.opname == "LOAD_GLOBAL"
-                    if isinstance(chain, (types.FunctionType, type, functools.partial)):
+                    if (
+                        isinstance(chain, (types.FunctionType, type, functools.partial))
+                        and ins.argval not in stop_at
+                    ):
                         queue.extend(_functions_of(chain))
                 elif ins.opname in _ATTRIBUTES:
                     known = isinstance(chain, (types.ModuleType, type))
@@ -162,6 +169,43 @@ def _line_of(ins: dis.Instruction) -> int | None:
 
 
 # ---------------------------------------------------------------- what the checks look for
+
+
+@dataclass(frozen=True)
+class Helper:
+    """Another exercise's answer that the learner's code uses: its name, the learner's
+    definition, and the exercise it was reached through (None: the candidate calls it itself)."""
+
+    name: str
+    value: object
+    via: str | None = None
+
+    def raised(self, error: BaseException) -> bool:
+        """Whether ``error`` was raised in this helper's own code (its innermost learner frame)."""
+        code = innermost_learner_code(error)
+        return code is not None and any(
+            code in set(_codes(f.__code__)) for f in _functions_of(self.value)
+        )
+
+
+def exercise_helpers(candidate, exercises: set[str]) -> list[Helper]:
+    """The answers to other exercises (names in ``exercises``) that the learner's code uses,
+    written by the learner: those it calls itself first, then those they call, in turn."""
+    stop = frozenset(exercises)
+    helpers: list[Helper] = []
+    seen, queue = {id(candidate)}, [(candidate, None)]
+    while queue:
+        user, via = queue.pop(0)
+        for kind, found, _ in _uses(user, stop_at=stop):
+            value = found.value
+            if kind != "name" or found.name not in stop or id(value) in seen:
+                continue
+            if not is_learner_code(value):  # the course's reference, say: nothing to blame
+                continue
+            seen.add(id(value))
+            helpers.append(Helper(found.name, value, via))
+            queue.append((value, found.name))
+    return helpers
 
 
 def library_call(candidate, routines: dict[str, object]) -> Found | None:
@@ -261,17 +305,61 @@ def where(filename: str, lineno: int | None) -> str:
 
 
 def _cell_label(filename: str) -> str | None:
+    """ "Cell In[7]" when ``filename`` is a cell of this IPython session, else None. A label that
+    cannot be found never breaks the message it goes in."""
     try:
         from IPython import get_ipython
     except ImportError:
         return None
     shell = get_ipython()
-    names = shell.compile.format_code_name(filename) if shell is not None else None
-    return " ".join(names) if names else None
+    if shell is None:
+        return None
+    try:
+        format_code_name = getattr(shell.compile, "format_code_name", None)
+        if format_code_name is not None:  # IPython 8 and later
+            names = format_code_name(filename)
+            return " ".join(names) if names else None
+        number = _cell_number(shell, filename)  # IPython 7 (Colab's 7.34) has no such method
+    except Exception:
+        return None
+    return None if number is None else f"Cell In[{number}]"
+
+
+_IPYTHON_INPUT = re.compile(r"<ipython-input-(\d+)-")
+_RECENT_CELLS = 200  # how far back the history is searched for a cell's number
+
+
+def _cell_number(shell, filename: str) -> int | None:
+    """The execution count of the cell compiled under ``filename`` in IPython 7: from the name
+    IPython gives a cell (``<ipython-input-7-...>``), or, where the kernel names cells by their
+    code (ipykernel 6's temporary files), the latest cell of the history with the code that
+    IPython cached under that name."""
+    match = _IPYTHON_INPUT.match(filename)
+    if match:
+        return int(match.group(1))
+    cached = linecache.cache.get(filename)
+    if not cached or not cached[2]:
+        return None
+    code = "".join(cached[2]).rstrip("\n")
+    parsed = shell.history_manager.input_hist_parsed  # the cells as run, In[n] at n
+    for number in range(len(parsed) - 1, max(len(parsed) - 1 - _RECENT_CELLS, 0), -1):
+        if parsed[number].rstrip("\n") == code:
+            return number
+    return None
 
 
 def source_line(filename: str, lineno: int | None) -> str:
     return linecache.getline(filename, lineno).strip() if lineno else ""
+
+
+def innermost_learner_code(error: BaseException) -> types.CodeType | None:
+    """The code object of the innermost frame of the learner's code in ``error``'s traceback."""
+    code, tb = None, error.__traceback__
+    while tb is not None:
+        if is_learner_file(tb.tb_frame.f_code.co_filename):
+            code = tb.tb_frame.f_code
+        tb = tb.tb_next
+    return code
 
 
 def learner_frames(error: BaseException) -> list[tuple[str, int, str]]:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from .._validate import shape_str
-from ._core import Mistake, _close, call_candidate, compare, diagnose, require_shape
+from ._core import Mistake, _close, call_candidate, compare, count, diagnose, require_shape
 from ._failure import ExerciseFailure
 
 __all__ = [
@@ -179,7 +179,7 @@ def _compare_bool(case: str, what: str, got, expected, cause: str) -> None:
 
     where = f"row {list(row)}" if row else "all"
     message = [
-        f"Case {case!r}: {what} differ from the reference at {int(wrong.sum())} places, "
+        f"Case {case!r}: {what} differ from the reference at {count(int(wrong.sum()), 'place')}, "
         f"first at {list(first)}.",
         f"  expected {where} = {show(expected)}",
         f"  got      {where} = {show(got)}",

@@ -1,0 +1,192 @@
+"""An answer that uses another exercise's answer: when that one is not done yet or wrong, the
+check names it, instead of blaming the answer under test for code that is not in its cell."""
+
+import pytest
+import torch
+
+from mha_course import exercises, reference
+from mha_course.checks import ExerciseFailure, check_merge_heads, check_multi_head_attention
+from mha_course.checks._core import call_candidate, checker, compare
+from mha_course.exercises import Exercise, evaluate, yours_or_reference
+
+from checker_helpers import MHA_INIT_SOURCE, NOTEBOOK_IMPORTS, fails_with, notebook_cell, passes
+
+# ---------------------------------------------------------------- a small synthetic family
+
+X = torch.arange(4.0)
+
+
+def _times(candidate, factor: int) -> int:
+    got = call_candidate(candidate, "x = [0, 1, 2, 3]", X)
+    compare("x = [0, 1, 2, 3]", "the values", got, factor * X)
+    return 1
+
+
+@checker("double", "Write double.")
+def check_double(candidate) -> int:
+    return _times(candidate, 2)
+
+
+@checker("quadruple", "Write quadruple.")
+def check_quadruple(candidate) -> int:
+    return _times(candidate, 4)
+
+
+@checker("octuple", "Write octuple.")
+def check_octuple(candidate) -> int:
+    return _times(candidate, 8)
+
+
+@pytest.fixture(autouse=True)
+def registered(monkeypatch):
+    """double, quadruple and octuple registered as exercises of a lesson "99"."""
+    extra = [
+        Exercise("double", "99", check_double, None),
+        Exercise("quadruple", "99", check_quadruple, None),
+        Exercise("octuple", "99", check_octuple, None),
+    ]
+    monkeypatch.setattr(exercises, "EXERCISES", exercises.EXERCISES + extra)
+
+
+TODO = 'raise NotImplementedError("Exercise: write this part, then run the check below.")'
+DOUBLE = {
+    "unsolved": f"def double(x):\n    {TODO}\n",
+    "wrong": "def double(x):\n    return x + 2\n",
+    "right": "def double(x):\n    return x + x\n",
+}
+QUADRUPLE = "def quadruple(x):\n    return double(double(x))\n"
+OCTUPLE = "def octuple(x):\n    return double(quadruple(x))\n"
+
+
+def cells(*sources: str) -> dict:
+    """A notebook whose cells are ``sources``, run in turn."""
+    namespace = {}
+    for number, source in enumerate((NOTEBOOK_IMPORTS, *sources)):
+        notebook_cell(source, namespace, number)
+    return namespace
+
+
+def test_a_helper_not_done_yet_is_named(capsys):
+    nb = cells(DOUBLE["unsolved"], QUADRUPLE)
+    assert check_quadruple(nb["quadruple"]) is None
+    out = capsys.readouterr().out
+    assert out.startswith("⏳ Your quadruple calls double, which is not done yet. Write double")
+    verdict = evaluate(check_quadruple, nb["quadruple"])
+    assert verdict.status == "not done yet" and "calls double" in verdict.reason
+    assert check_quadruple.passes(nb["quadruple"]) is False
+
+
+def test_an_answer_that_is_itself_unsolved_is_not_done_yet_whatever_it_calls(capsys):
+    nb = cells(DOUBLE["unsolved"], f"def quadruple(x):\n    y = double\n    {TODO}\n")
+    check_quadruple(nb["quadruple"])
+    assert capsys.readouterr().out.startswith("⏳ quadruple: not done yet. Write quadruple.")
+
+
+def test_a_wrong_helper_is_named_with_its_own_cause():
+    nb = cells(DOUBLE["wrong"], QUADRUPLE)
+    message = fails_with(
+        check_quadruple,
+        nb["quadruple"],
+        "Your quadruple calls double, which does not pass check_double.",
+        "  double: case 'x = [0, 1, 2, 3]'",
+        "Likely cause: double, not your quadruple: fix double first (check_double(double)",
+    )
+    assert len(message.splitlines()) <= 4
+    verdict = evaluate(check_quadruple, nb["quadruple"])
+    assert verdict.status == "fails its check"
+    assert verdict.reason.startswith("double, not your quadruple: fix double first")
+
+
+def test_a_helper_of_a_helper_is_named_with_the_way_it_is_reached(capsys):
+    nb = cells(DOUBLE["wrong"], "def quadruple(x):\n    return 4 * x\n", OCTUPLE)
+    fails_with(check_octuple, nb["octuple"], "Your octuple calls double, which does not pass")
+    nb = cells(DOUBLE["unsolved"], QUADRUPLE, "def octuple(x):\n    return 2 * quadruple(x)\n")
+    check_octuple(nb["octuple"])
+    out = capsys.readouterr().out
+    assert "Your octuple calls double (through your quadruple), which is not done yet" in out
+
+
+def test_a_wrong_answer_with_right_helpers_gets_its_own_message(capsys):
+    nb = cells(DOUBLE["right"], "def quadruple(x):\n    return double(x) + 1\n")
+    message = fails_with(check_quadruple, nb["quadruple"], "Case 'x = [0, 1, 2, 3]'")
+    assert "calls double" not in message
+    passes(check_quadruple, cells(DOUBLE["right"], QUADRUPLE)["quadruple"], capsys)
+
+
+def test_the_reference_in_place_of_a_helper_is_never_blamed():
+    nb = cells(QUADRUPLE.replace("return", "return 1 +"))
+    nb["double"] = reference.softmax  # the course's code: not the learner's
+    message = fails_with(check_quadruple, nb["quadruple"], "Case 'x = [0, 1, 2, 3]'")
+    assert "calls double" not in message
+
+
+def test_answers_that_call_each_other_are_checked_once():
+    nb = cells("def double(x):\n    return quadruple(x) / 2\n", QUADRUPLE)
+    with pytest.raises(ExerciseFailure, match="calls double"):  # a RecursionError: no hang
+        check_quadruple(nb["quadruple"])
+
+
+# ---------------------------------------------------------------- lesson 02's split_heads and MHA
+
+
+MHA_FORWARD = """
+    def forward(self, query, key, value, attn_mask=None):
+        B, L, E = query.shape
+        q = split_heads(self.q_proj(query), self.num_heads)
+        k = split_heads(self.k_proj(key), self.num_heads)
+        v = split_heads(self.v_proj(value), self.num_heads)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return self.out_proj(merge_heads(weights @ v)), weights
+"""
+SPLIT = {
+    "unsolved": f"def split_heads(x, num_heads):\n    {TODO}\n",
+    "view(B, H, L, D)": (
+        "def split_heads(x, num_heads):\n    B, L, E = x.shape\n"
+        "    return x.view(B, num_heads, L, E // num_heads)\n"
+    ),
+    "right": (
+        "def split_heads(x, num_heads):\n    B, L, E = x.shape\n"
+        "    return x.view(B, L, num_heads, E // num_heads).transpose(1, 2)\n"
+    ),
+}
+MERGE = (
+    "def merge_heads(x):\n    B, H, L, D = x.shape\n"
+    "    return x.transpose(1, 2).reshape(B, L, H * D)\n"
+)
+
+
+def lesson_02(split: str) -> dict:
+    return cells(SPLIT[split], MERGE, MHA_INIT_SOURCE + MHA_FORWARD)
+
+
+def test_multi_head_attention_on_an_unsolved_split_heads(capsys):
+    nb = lesson_02("unsolved")
+    check_multi_head_attention(nb["MultiHeadAttention"])
+    out = capsys.readouterr().out
+    assert out.startswith("⏳ Your MultiHeadAttention calls split_heads, which is not done yet.")
+    assert "__init__" not in out
+    used = yours_or_reference(
+        check_multi_head_attention, nb["MultiHeadAttention"], reference.MultiHeadAttention
+    )
+    assert used is reference.MultiHeadAttention
+    assert "(Your MultiHeadAttention calls split_heads" in capsys.readouterr().out
+
+
+def test_multi_head_attention_on_a_wrong_split_heads():
+    message = fails_with(
+        check_multi_head_attention,
+        lesson_02("view(B, H, L, D)")["MultiHeadAttention"],
+        "Your MultiHeadAttention calls split_heads, which does not pass check_split_heads.",
+        "  split_heads: case",
+        "Likely cause: split_heads, not your MultiHeadAttention: fix split_heads first",
+    )
+    assert len(message.splitlines()) <= 15
+
+
+def test_multi_head_attention_on_right_helpers_passes(capsys):
+    nb = lesson_02("right")
+    passes(check_multi_head_attention, nb["MultiHeadAttention"], capsys)
+    passes(check_merge_heads, nb["merge_heads"], capsys)
