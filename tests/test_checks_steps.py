@@ -15,8 +15,6 @@ STEPS = [
     ("causal_mask", "01", checks.check_causal_mask),
     ("split_heads", "02", checks.check_split_heads),
     ("merge_heads", "02", checks.check_merge_heads),
-    ("post_ln_sublayer", "03", checks.check_post_ln_sublayer),
-    ("pre_ln_sublayer", "03", checks.check_pre_ln_sublayer),
     ("FeedForward", "04", checks.check_feed_forward),
     ("EncoderStack", "04", checks.check_encoder_stack),
     ("previous_token_score", "05", checks.check_previous_token_score),

@@ -10,12 +10,13 @@ from .encoder import check_encoder_layer
 from .encoder_outputs import check_mean_pool, check_previous_token_score
 from .encoder_parts import check_encoder_stack, check_feed_forward
 from .fast import check_attention_in_blocks
+from .gradients import check_gradient_norms
 from .heads import check_merge_heads, check_split_heads
 from .layers import check_layer_norm, check_positional_encoding
 from .multihead import check_multi_head_attention
 from .pretrained import check_load_layer, check_weight_map
 from .scores_and_masks import check_attention_scores, check_causal_mask, check_padding_mask
-from .sublayers import check_post_ln_sublayer, check_pre_ln_sublayer
+from .sublayers import check_post_ln_sublayer, check_pre_ln_sublayer, check_residual_block
 from .warmups import check_pairwise_dot, check_weighted_average
 
 __all__ = [
@@ -38,6 +39,8 @@ __all__ = [
     "check_layer_norm",
     "check_post_ln_sublayer",
     "check_pre_ln_sublayer",
+    "check_residual_block",
+    "check_gradient_norms",
     "check_positional_encoding",
     # lesson 04
     "check_feed_forward",
