@@ -39,6 +39,8 @@ __all__ = [
     "merge_heads",
     "post_ln_sublayer",
     "pre_ln_sublayer",
+    "ResidualBlock",
+    "gradient_norms",
     "FeedForward",
     "EncoderStack",
     "previous_token_score",
@@ -349,7 +351,8 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return rearrange(x, "b h l d -> b l (h d)")
 
 
-# Lesson 03: a sub-layer with its residual and LayerNorm, both ways round.
+# Lesson 03: a sub-layer with its residual and LayerNorm, both ways round, and the gradient that
+# reaches each block of a stack.
 
 
 def post_ln_sublayer(x, sublayer, norm):
@@ -360,6 +363,36 @@ def post_ln_sublayer(x, sublayer, norm):
 def pre_ln_sublayer(x, sublayer, norm):
     """Pre-LN (GPT-2 and most models since): x + sublayer(norm(x))."""
     return x + sublayer(norm(x))
+
+
+class ResidualBlock(torch.nn.Module):
+    """``sublayer`` (a module or function that keeps the shape (..., d_model)) wrapped with its
+    residual connection, dropout and LayerNorm, post-LN or pre-LN from one flag, as in
+    ``torch.nn.TransformerEncoderLayer``: ``norm_first=False`` (the default) gives
+    ``norm(x + dropout(sublayer(x)))``, ``norm_first=True`` gives ``x + dropout(sublayer(norm(x)))``."""
+
+    def __init__(self, sublayer, d_model, norm_first=False, dropout=0.0):
+        super().__init__()
+        self.sublayer = sublayer
+        self.norm = LayerNorm(d_model)
+        self.dropout = torch.nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x):
+        add_norm = pre_ln_sublayer if self.norm_first else post_ln_sublayer
+        return add_norm(x, lambda t: self.dropout(self.sublayer(t)), self.norm)
+
+
+def gradient_norms(blocks, x, target):
+    """Run ``x`` through ``blocks`` in turn; for ``F.mse_loss(output, target)``, the norm of the
+    gradient at each block's input, as a list of ``len(blocks)`` floats (item 0 is at x itself)."""
+    inputs, hidden = [], x.detach().requires_grad_()
+    for block in blocks:
+        inputs.append(hidden)
+        hidden = block(hidden)
+    loss = torch.nn.functional.mse_loss(hidden, target)
+    grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+    return [0.0 if g is None else g.norm().item() for g in grads]
 
 
 # Lesson 04: the position-wise feed-forward network, and a stack of layers.

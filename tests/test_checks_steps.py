@@ -14,8 +14,6 @@ STEPS = [
     ("may_attend_mask", "01", checks.check_may_attend_mask),
     ("split_heads", "02", checks.check_split_heads),
     ("merge_heads", "02", checks.check_merge_heads),
-    ("post_ln_sublayer", "03", checks.check_post_ln_sublayer),
-    ("pre_ln_sublayer", "03", checks.check_pre_ln_sublayer),
     ("EncoderModel", "04", checks.check_encoder_model),
     ("train_step", "04", checks.check_train_step),
     ("previous_token_score", "05", checks.check_previous_token_score),

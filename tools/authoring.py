@@ -7,7 +7,7 @@ nothing is stale.
 
     python tools/authoring.py build           # stamp, generate and execute every notebook
     python tools/authoring.py build 02        # only lesson 02 (both versions)
-    python tools/authoring.py check           # fail if an exercise notebook is stale
+    python tools/authoring.py check           # fail if an exercise notebook is stale or lacks a check
     python tools/authoring.py stats           # per lesson: answer lines, words, the targets
     python tools/authoring.py stats --run     # ... and each notebook's run time and peak memory
     python tools/authoring.py clean FILES     # clean notebook metadata (for pre-commit)

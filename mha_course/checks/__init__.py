@@ -11,6 +11,7 @@ from .encoder_model import check_encoder_model
 from .encoder_outputs import check_mean_pool, check_previous_token_score
 from .encoder_parts import check_encoder_stack, check_feed_forward
 from .fast import check_attention_in_blocks
+from .gradients import check_gradient_norms
 from .heads import check_merge_heads, check_split_heads
 from .layers import check_layer_norm, check_positional_encoding
 from .multihead import check_multi_head_attention
@@ -21,7 +22,7 @@ from .scores_and_masks import (
     check_may_attend_mask,
     check_padding_mask,
 )
-from .sublayers import check_post_ln_sublayer, check_pre_ln_sublayer
+from .sublayers import check_post_ln_sublayer, check_pre_ln_sublayer, check_residual_block
 from .training import check_train_step
 from .warmups import check_pairwise_dot, check_soft_lookup, check_weighted_average
 
@@ -48,6 +49,8 @@ __all__ = [
     "check_layer_norm",
     "check_post_ln_sublayer",
     "check_pre_ln_sublayer",
+    "check_residual_block",
+    "check_gradient_norms",
     "check_positional_encoding",
     # lesson 04
     "check_feed_forward",

@@ -114,33 +114,33 @@ def _ln_mistakes() -> list[Mistake]:
         Mistake(
             "no affine",
             affine(lambda n, w, b: n),
-            "the learned scale and shift are missing: return x_hat * self.weight + self.bias.",
+            "the learned scale and shift are missing: after normalising, multiply by self.weight (γ) "
+            "and add self.bias (β).",
         ),
         Mistake(
             "weight and bias swapped",
             affine(lambda n, w, b: n * b + w),
-            "weight and bias are swapped: the weight (γ) multiplies and the bias (β) is added: "
-            "x_hat * self.weight + self.bias.",
+            "weight and bias are swapped: the weight (γ) multiplies and the bias (β) is added.",
         ),
         Mistake(
             "bias multiplied",
             affine(lambda n, w, b: n * w * b),
-            "the bias multiplies; it should be added: x_hat * self.weight + self.bias.",
+            "the bias multiplies; it should be added, after the weight (γ) multiplies.",
         ),
         Mistake(
             "weight added",
             affine(lambda n, w, b: n + w + b),
-            "the weight is added; it should multiply: x_hat * self.weight + self.bias.",
+            "the weight is added; it should multiply, before the bias (β) is added.",
         ),
         Mistake(
             "bias missing",
             affine(lambda n, w, b: n * w),
-            "the bias is missing: x_hat * self.weight + self.bias.",
+            "the bias is missing: add self.bias (β) after multiplying by the weight.",
         ),
         Mistake(
             "weight missing",
             affine(lambda n, w, b: n + b),
-            "the weight is missing: x_hat * self.weight + self.bias.",
+            "the weight is missing: multiply by self.weight (γ) before adding the bias.",
         ),
     ]
 
