@@ -614,11 +614,8 @@ def test_self_attention_on_an_unfinished_or_wrong_attention_says_so(capsys):
         cells,
         2,
     )
-    fails_with(
-        check_self_attention,
-        cells["SelfAttention"],
-        "calls your scaled_dot_product_attention, which is not done yet",
-    )
+    check_self_attention(cells["SelfAttention"])  # ⏳, naming the unfinished helper
+    assert "calls scaled_dot_product_attention, which is not done yet" in capsys.readouterr().out
     notebook_cell(
         "def scaled_dot_product_attention(query, key, value, attn_mask=None):\n"
         "    w = (query @ key.mT).softmax(-1)\n    return w @ value, w\n",
@@ -628,7 +625,7 @@ def test_self_attention_on_an_unfinished_or_wrong_attention_says_so(capsys):
     fails_with(
         check_self_attention,
         cells["SelfAttention"],
-        "which does not pass its check yet",
+        "which does not pass check_scaled_dot_product_attention",
         "not scaled",
         "check_scaled_dot_product_attention(scaled_dot_product_attention)",
     )

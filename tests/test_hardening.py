@@ -289,10 +289,10 @@ def test_a_check_cell_removed_from_a_lesson_is_found(tmp_path):
         nb.cells = [c for c in nb.cells if "check_softmax(softmax)" not in c.source]
         for cell in nb.cells:  # a call commented out does not count either
             cell.source = cell.source.replace(
-                "check_pairwise_dot(pairwise_dot)", "# check_pairwise_dot(pairwise_dot)"
+                "check_soft_lookup(soft_lookup)", "# check_soft_lookup(soft_lookup)"
             )
         nbformat.write(nb, copy)
     problems = authoring.missing_check_calls(copies)
     assert len(problems) == 4, problems
     assert any("no check cell for softmax (`check_softmax(softmax)`)" in p for p in problems)
-    assert sum("pairwise_dot" in p for p in problems) == 2
+    assert sum("soft_lookup" in p for p in problems) == 2

@@ -275,7 +275,7 @@ def test_answers_on_the_drive_reach_a_notebook_on_another_machine(
     loaded = load_your_work(before="01")
     out = capsys.readouterr().out
     assert "softmax                        yours ✅" in out
-    assert "pairwise_dot                   course reference (yours: not found)" in out
+    assert "soft_lookup                    course reference (yours: not found)" in out
     assert "Answers are read from your Google Drive, in MyDrive/mha-course/my_work." in out
     assert loaded.softmax is not reference.softmax
 

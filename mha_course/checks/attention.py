@@ -19,7 +19,7 @@ from ._core import (
     compare,
     require_shape,
 )
-from ._failure import ExerciseFailure, NotDoneYet
+from ._failure import ExerciseFailure
 from ._steps import build_module, seeded_randn
 
 __all__ = [
@@ -851,37 +851,6 @@ def _require_projection(module, name: str, d_out: int, d_model: int, case: str) 
     return part
 
 
-def _attention_helper(candidate):
-    """The learner's own scaled_dot_product_attention, when their SelfAttention calls it."""
-    from ._inspect import _uses, is_learner_code
-
-    for kind, found, _ in _uses(candidate):
-        if kind == "name" and found.name == "scaled_dot_product_attention":
-            if is_learner_code(found.value):
-                return found.value
-    return None
-
-
-def _require_helper_passes(candidate) -> None:
-    helper = _attention_helper(candidate)
-    if helper is None:
-        return
-    calls = "Your SelfAttention calls your scaled_dot_product_attention, which"
-    try:
-        check_scaled_dot_product_attention.run(helper, cell=False)
-    except NotDoneYet:
-        raise ExerciseFailure(
-            f"{calls} is not done yet.\nFinish that exercise above (its check says ✅), then run "
-            "this check again."
-        ) from None
-    except ExerciseFailure as failure:
-        raise ExerciseFailure(
-            f"{calls} does not pass its check yet ({failure.short()}).\nRun "
-            "check_scaled_dot_product_attention(scaled_dot_product_attention) for the full "
-            "message; fix it, then run this check again."
-        ) from None
-
-
 @checker(
     "SelfAttention",
     "Replace each `raise NotImplementedError` with your code: the three projections in "
@@ -890,8 +859,9 @@ def _require_helper_passes(candidate) -> None:
 def check_self_attention(candidate) -> int:
     """Check ``SelfAttention(d_model, d_k, d_v=None)``: ``q_proj``, ``k_proj`` (d_model -> d_k)
     and ``v_proj`` (d_model -> d_v, d_k by default), nn.Linear without bias; ``forward(x,
-    attn_mask=None) -> (output (..., L, d_v), weights (..., L, L))``, one head of self-attention."""
-    _require_helper_passes(candidate)
+    attn_mask=None) -> (output (..., L, d_v), weights (..., L, L))``, one head of self-attention.
+    A learner's scaled_dot_product_attention that it calls, unfinished or wrong, is named by the
+    checker protocol (:mod:`mha_course.checks._core`)."""
     n = 0
     for case, sizes, x, mask in _self_attention_cases():
         module = build_module(candidate, case, "SelfAttention", sizes, "check_self_attention")
