@@ -680,3 +680,17 @@ def test_a_helper_that_is_not_defined_is_named():
     notebook_cell(MHA_INIT_SOURCE + forward, cells, 2)  # forward is indented as a method already
     message = fails_with(cells["MultiHeadAttention"], "NameError", "uses `split_heads`", "helper")
     assert "shape mix-up" not in message
+
+
+def test_view_after_transpose_is_named():
+    class ViewToMerge(ViewTranspose):
+        def forward(self, query, key, value, attn_mask=None, need_weights=True):
+            q, k, v = (
+                self.split(p(x))
+                for p, x in zip((self.q_proj, self.k_proj, self.v_proj), (query, key, value))
+            )
+            weights = torch.softmax(self.scores(q, k, attn_mask), dim=-1)
+            merged = (weights @ v).transpose(1, 2).view(query.shape)
+            return self.out_proj(merged), weights
+
+    fails_with(ViewToMerge, "RuntimeError", "view cannot merge the axes of a transposed tensor")

@@ -325,14 +325,21 @@ def _call(module, case: str, query, key, value, mask) -> tuple:
         )
     except ExerciseFailure as failure:
         error = failure.raised
-        if not isinstance(error, NameError):
+        if isinstance(error, NameError):
+            name = getattr(error, "name", None) or "a name"
+            cause = (
+                f"your MultiHeadAttention uses `{name}`, which is not defined where it runs. A "
+                "helper belongs in the exercise cell, with the class (that cell is what is saved "
+                "and checked), or write its step inside forward."
+            )
+        elif isinstance(error, RuntimeError) and "view size is not compatible" in str(error):
+            cause = (
+                "view cannot merge the axes of a transposed tensor (its numbers are no longer in "
+                "memory order): use reshape, or .contiguous() before view."
+            )
+        else:
             raise
-        name = getattr(error, "name", None) or "a name"
-        raise failure.with_cause(
-            f"your MultiHeadAttention uses `{name}`, which is not defined where it runs. A helper "
-            "belongs in the exercise cell, with the class (that cell is what is saved and checked), "
-            "or write its step inside forward."
-        ) from error
+        raise failure.with_cause(cause) from error
 
 
 def _compare(case: str, got_expected_index, classic, args, **causes) -> None:
