@@ -23,6 +23,8 @@ __all__ = [
     "softmax",
     "scaled_dot_product_attention",
     "MultiHeadAttention",
+    "load_torch_weights",
+    "job_scores",
     "LayerNorm",
     "positional_encoding",
     "EncoderLayer",
@@ -88,9 +90,10 @@ class MultiHeadAttention(torch.nn.Module):
     """Lesson 02: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, batch first.
 
     ``q_proj``, ``k_proj``, ``v_proj`` hold every head's W_i^Q, W_i^K, W_i^V side by side (E × E);
-    ``forward(query, key, value, attn_mask=None)`` returns ``(output (B, L, E), weights (B, H, L, S))``,
-    every head's weights. A bool ``attn_mask`` broadcastable to (B, H, L, S) is True where a query
-    **may attend**, e.g. (L, S) causal or (B, 1, 1, S) padding.
+    ``forward(query, key, value, attn_mask=None, need_weights=True)`` returns ``(output (B, L, E),
+    weights (B, H, L, S))``, every head's weights, or ``(output, None)`` with ``need_weights=False``.
+    ``attn_mask``, broadcastable to (B, H, L, S), is bool, True where a query **may attend** (e.g.
+    (L, S) causal or (B, 1, 1, S) padding), or float, added to the scores (e.g. (H, L, S) ALiBi).
     """
 
     def __init__(self, embed_dim, num_heads):
@@ -102,13 +105,42 @@ class MultiHeadAttention(torch.nn.Module):
         self.v_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^V
         self.out_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^O
 
-    def forward(self, query, key, value, attn_mask=None):
+    def forward(self, query, key, value, attn_mask=None, need_weights=True):
         q, k, v = (
             rearrange(proj(x), "b l (h d) -> b h l d", h=self.num_heads)
             for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
         )
         heads, weights = _sdpa(q, k, v, attn_mask=attn_mask)  # lesson 01, every head at once
-        return self.out_proj(rearrange(heads, "b h l d -> b l (h d)")), weights
+        output = self.out_proj(rearrange(heads, "b h l d -> b l (h d)"))
+        return output, (weights if need_weights else None)
+
+
+def load_torch_weights(module, torch_mha):
+    """Lesson 02: copy a ``torch.nn.MultiheadAttention``'s weights into ``module``'s ``q_proj``,
+    ``k_proj``, ``v_proj``, ``out_proj`` (its packed ``in_proj_weight`` is [W^Q; W^K; W^V], each
+    block (out, in) as nn.Linear keeps it). Returns ``module``."""
+    weights = torch_mha.in_proj_weight.chunk(3)
+    biases = torch_mha.in_proj_bias.chunk(3)
+    with torch.no_grad():
+        for linear, weight, bias in zip(
+            (module.q_proj, module.k_proj, module.v_proj), weights, biases, strict=True
+        ):
+            linear.weight.copy_(weight)
+            linear.bias.copy_(bias)
+        module.out_proj.weight.copy_(torch_mha.out_proj.weight)
+        module.out_proj.bias.copy_(torch_mha.out_proj.bias)
+    return module
+
+
+def job_scores(weights: torch.Tensor, partner: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Lesson 02: how much each head does each job of the toy task, ``{job: (H,)}``.
+
+    ``weights`` (B, H, L, L), per head; ``partner`` (B, L), the position of each query's partner.
+    A job's score is the weight a head puts on the job's key (previous: i − 1, next: i + 1,
+    partner: partner[b, i]), averaged over the batch and every query that has such a key."""
+    from .toy_tasks import head_scores, targets_from_partner  # lesson 02's task
+
+    return head_scores(weights, targets_from_partner(partner))
 
 
 # Lesson 03: ``LayerNorm(normalized_shape, eps=1e-5)`` and ``positional_encoding(max_len, d_model)``

@@ -25,6 +25,7 @@ __all__ = [
     "paired_letters",
     "partner_positions",
     "job_targets",
+    "targets_from_partner",
     "head_scores",
     "format_scores",
 ]
@@ -89,14 +90,32 @@ def job_targets(tokens: torch.Tensor, n_letters: int = len(LETTERS)) -> dict[str
     """The expected key of each job, as masks: ``{"previous", "next", "partner"}`` -> (B, L, L) bool,
     True where key j is query i's target. The first query has no previous key, the last no next."""
     _require_tokens(tokens)
-    B, L = tokens.shape
-    i = torch.arange(L, device=tokens.device)[:, None]  # queries, as a column
-    j = torch.arange(L, device=tokens.device)[None, :]  # keys, as a row
+    return _with_neighbours(_same_letter_elsewhere(tokens, n_letters))
+
+
+def _with_neighbours(partner: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The three jobs' targets, given the partner job's (B, L, L) mask."""
+    B, L, _ = partner.shape
+    i = torch.arange(L, device=partner.device)[:, None]  # queries, as a column
+    j = torch.arange(L, device=partner.device)[None, :]  # keys, as a row
     return {
         "previous": (j == i - 1).expand(B, L, L),
         "next": (j == i + 1).expand(B, L, L),
-        "partner": _same_letter_elsewhere(tokens, n_letters),
+        "partner": partner,
     }
+
+
+def targets_from_partner(partner: torch.Tensor) -> dict[str, torch.Tensor]:
+    """:func:`job_targets` from the partners' positions, (B, L) as :func:`partner_positions` gives
+    them, rather than from the tokens: ``{job: (B, L, L) bool}``."""
+    require_tensor("partner", partner)
+    if partner.dim() != 2 or partner.is_floating_point():
+        raise ValueError(
+            f"partner must be (B, L) integers, got {partner.dtype} of shape {shape_str(partner.shape)}"
+        )
+    L = partner.size(1)
+    keys = torch.arange(L, device=partner.device)
+    return _with_neighbours(keys == partner[:, :, None])
 
 
 def head_scores(weights: torch.Tensor, targets: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

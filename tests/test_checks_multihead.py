@@ -1,7 +1,10 @@
-"""check_multi_head_attention accepts every correct style and names each classic mistake."""
+"""check_multi_head_attention accepts every correct style and names each classic mistake, on the
+lesson's skeleton (bool and float masks, need_weights) and on the first one (bool masks only);
+check_load_torch_weights does the same for the copy of torch's packed weights."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import textwrap
 
@@ -12,15 +15,15 @@ from einops import einsum, rearrange
 from torch import nn
 
 from mha_course import reference
-from mha_course.checks import check_multi_head_attention
+from mha_course.checks import check_load_torch_weights, check_multi_head_attention
 
 import checker_helpers as shared
 from checker_helpers import MHA_INIT_SOURCE, NOTEBOOK_IMPORTS, Projections, notebook_cell
 
 
-def passes(candidate, capsys):
+def passes(candidate, capsys, cases=5):
     out = shared.passes(check_multi_head_attention, candidate, capsys)
-    assert out.startswith("✅ MultiHeadAttention: all 5 cases"), out
+    assert out.startswith(f"✅ MultiHeadAttention: all {cases} cases"), out
 
 
 def fails_with(candidate, *phrases):
@@ -90,12 +93,172 @@ class EinopsOwnAttention(Projections):
         return self.out_proj(rearrange(heads, "b h l d -> b l (h d)")), weights
 
 
-@pytest.mark.parametrize(
-    "candidate", [Loop, Einsum, ViewTransposeSDPA, EinopsOwnAttention, reference.MultiHeadAttention]
-)
-def test_accepts_every_correct_style(candidate, capsys):
+@pytest.mark.parametrize("candidate", [Loop, Einsum, ViewTransposeSDPA, EinopsOwnAttention])
+def test_accepts_every_correct_style_of_the_first_skeleton(candidate, capsys):
+    """A forward without need_weights (the first skeleton, bool masks) is held to its 5 cases."""
     passes(candidate, capsys)
     assert check_multi_head_attention.passes(candidate) is True
+
+
+# ---------------------------------------------------------------- the lesson's skeleton: float masks
+
+
+def _masked(scores, attn_mask):
+    if attn_mask is None:
+        return scores
+    if attn_mask.dtype == torch.bool:
+        return scores.masked_fill(~attn_mask, float("-inf"))
+    return scores + attn_mask
+
+
+class ViewTranspose(Projections):
+    """The lesson's solution: view/transpose, bool or float mask, need_weights."""
+
+    def split(self, x):  # (B, L, E) -> (B, H, L, D)
+        return x.view(x.size(0), x.size(1), self.num_heads, self.head_dim).transpose(1, 2)
+
+    def scores(self, q, k, attn_mask):
+        return _masked(q @ k.transpose(-2, -1) / math.sqrt(self.head_dim), attn_mask)
+
+    def forward(self, query, key, value, attn_mask=None, need_weights=True):
+        q, k, v = (
+            self.split(self.q_proj(query)),
+            self.split(self.k_proj(key)),
+            self.split(self.v_proj(value)),
+        )
+        weights = torch.softmax(self.scores(q, k, attn_mask), dim=-1)
+        out = self.out_proj((weights @ v).transpose(1, 2).flatten(2))
+        return out, (weights if need_weights else None)
+
+
+class FusedWhenNoWeights(Projections):
+    """einops; torch's fused kernel when the weights are not needed (same mask conventions)."""
+
+    def forward(self, query, key, value, attn_mask=None, need_weights=True):
+        q, k, v = (
+            rearrange(proj(x), "b l (h d) -> b h l d", h=self.num_heads)
+            for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        if not need_weights:
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+            return self.out_proj(rearrange(heads, "b h l d -> b l (h d)")), None
+        scores = _masked(
+            einsum(q, k, "b h l d, b h s d -> b h l s") / self.head_dim**0.5, attn_mask
+        )
+        weights = scores.softmax(dim=-1)
+        return self.out_proj(rearrange(weights @ v, "b h l d -> b l (h d)")), weights
+
+
+class LoopWithKwargs(Projections):
+    """One head at a time, the options taken as **kwargs."""
+
+    def forward(self, query, key, value, attn_mask=None, **options):
+        B, L, S = query.size(0), query.size(1), key.size(1)
+        Q, K, V = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        mask = None if attn_mask is None else attn_mask.expand(B, self.num_heads, L, S)
+        heads, weights = [], []
+        for i in range(self.num_heads):
+            cols = slice(i * self.head_dim, (i + 1) * self.head_dim)
+            scores = Q[..., cols] @ K[..., cols].transpose(-2, -1) / math.sqrt(self.head_dim)
+            w = torch.softmax(_masked(scores, None if mask is None else mask[:, i]), dim=-1)
+            heads.append(w @ V[..., cols])
+            weights.append(w)
+        out = self.out_proj(torch.cat(heads, dim=-1))
+        return out, (torch.stack(weights, dim=1) if options.get("need_weights", True) else None)
+
+
+@pytest.mark.parametrize(
+    "candidate", [ViewTranspose, FusedWhenNoWeights, LoopWithKwargs, reference.MultiHeadAttention]
+)
+def test_accepts_every_correct_style_of_the_lessons_skeleton(candidate, capsys):
+    passes(candidate, capsys, cases=9)
+
+
+class WrongFloat(ViewTranspose):
+    """The lesson's solution with one classic float-mask mistake switched on."""
+
+    mistake = None
+
+    def scores(self, q, k, attn_mask):
+        m, scores = self.mistake, q @ k.transpose(-2, -1)
+        if attn_mask is None or attn_mask.dtype == torch.bool:
+            return super().scores(q, k, attn_mask)
+        if m == "before the scale":
+            return (scores + attn_mask) / math.sqrt(self.head_dim)
+        scores = scores / math.sqrt(self.head_dim)
+        if m == "subtracted":
+            return scores - attn_mask
+        if m == "read as bool":
+            return scores.masked_fill(~attn_mask.bool(), float("-inf"))
+        if m == "used to block":
+            return scores.masked_fill(attn_mask != 0, float("-inf"))
+        return scores if m == "ignored" else scores + attn_mask
+
+    def forward(self, query, key, value, attn_mask=None, need_weights=True):
+        keep = need_weights or self.mistake == "need_weights ignored"
+        return super().forward(query, key, value, attn_mask, keep)
+
+
+@pytest.mark.parametrize(
+    "mistake, phrases",
+    [
+        ("before the scale", ["Case 'float mask (5, 7)", "before the scores are divided by √d_k"]),
+        ("subtracted", ["Case 'float mask (5, 7)", "the float mask is subtracted"]),
+        ("read as bool", ["Case 'float mask (5, 7)", "made into a bool one"]),
+        ("used to block", ["Case 'float mask (5, 7)", "used to block the keys"]),
+        ("ignored", ["Case 'float mask (5, 7)", "the mask is ignored"]),
+        ("need_weights ignored", ["Case 'need_weights=False", "should be None", "need_weights"]),
+    ],
+)
+def test_names_each_float_mask_and_need_weights_mistake(mistake, phrases):
+    candidate = type(f"WrongFloat_{mistake}", (WrongFloat,), {"mistake": mistake})
+    message = fails_with(candidate, "Likely cause", *phrases)
+    assert message.count("Likely cause") == 1
+
+
+def test_the_right_version_of_the_float_mistakes_class_passes(capsys):
+    passes(WrongFloat, capsys, cases=9)
+
+
+def test_a_bool_only_mask_step_crashes_on_a_float_mask_and_is_told_why():
+    class BoolOnly(ViewTranspose):
+        def forward(self, query, key, value, attn_mask=None, need_weights=True):
+            if attn_mask is not None:  # what lesson 01's attention does
+                attn_mask = ~attn_mask
+                attn_mask = ~attn_mask
+            return super().forward(query, key, value, attn_mask, need_weights)
+
+    fails_with(BoolOnly, "Case 'float mask (5, 7)", "TypeError", "A float mask is added", "dtype")
+
+
+def test_a_head_axis_added_to_every_mask_fails_on_the_bias_per_head():
+    class Unsqueezed(ViewTranspose):
+        def forward(self, query, key, value, attn_mask=None, need_weights=True):
+            if attn_mask is not None and attn_mask.dim() == 3:  # (H, L, S) read as (B, L, S)
+                attn_mask = attn_mask.unsqueeze(1)
+            return super().forward(query, key, value, attn_mask, need_weights)
+
+    fails_with(Unsqueezed, "Case 'a bias per head (4, 6, 6)", "(H, L, S) is a bias per head")
+
+
+def test_the_fused_branch_with_torchs_module_convention_is_named():
+    class InvertedForSDPA(FusedWhenNoWeights):
+        def forward(self, query, key, value, attn_mask=None, need_weights=True):
+            if not need_weights and attn_mask is not None:
+                attn_mask = ~attn_mask  # as if F.scaled_dot_product_attention wanted True = masked
+            return super().forward(query, key, value, attn_mask, need_weights)
+
+    fails_with(
+        InvertedForSDPA, "Case 'need_weights=False", "outputs differ", "True = may attend too"
+    )
+
+
+def test_no_weights_by_default_is_named():
+    class NoneByDefault(ViewTranspose):
+        def forward(self, query, key, value, attn_mask=None, need_weights=True):
+            return super().forward(query, key, value, attn_mask, need_weights=False)
+
+    fails_with(NoneByDefault, "the weights should be a torch.Tensor, got NoneType", "default")
 
 
 def test_leaves_the_learners_random_stream_alone(capsys):
@@ -394,3 +557,140 @@ def test_a_variable_of_the_notebook_is_named():
         "from self",
     )
     assert "Case" not in message  # caught before any case, though this one would pass them
+
+
+# ---------------------------------------------------------------- load_torch_weights
+
+
+def load_chunks(module, torch_mha):
+    """The lesson's answer: the three row blocks, copied under no_grad."""
+    W = torch_mha.in_proj_weight.chunk(3)
+    b = torch_mha.in_proj_bias.chunk(3)
+    with torch.no_grad():
+        for linear, weight, bias in zip((module.q_proj, module.k_proj, module.v_proj), W, b):
+            linear.weight.copy_(weight)
+            linear.bias.copy_(bias)
+        module.out_proj.load_state_dict(torch_mha.out_proj.state_dict())
+    return module
+
+
+def load_slices(module, torch_mha):
+    """Row slices and .data, a state dict for out_proj."""
+    E = torch_mha.embed_dim
+    for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
+        getattr(module, name).weight.data.copy_(torch_mha.in_proj_weight.data[i * E : (i + 1) * E])
+        getattr(module, name).bias.data.copy_(torch_mha.in_proj_bias.data[i * E : (i + 1) * E])
+    module.out_proj.weight.data.copy_(torch_mha.out_proj.weight.data)
+    module.out_proj.bias.data.copy_(torch_mha.out_proj.bias.data)
+    return module
+
+
+def load_parameters(module, torch_mha):
+    """New parameters made of cloned numbers."""
+    W = torch_mha.in_proj_weight.detach().clone().chunk(3)
+    b = torch_mha.in_proj_bias.detach().clone().chunk(3)
+    for linear, weight, bias in zip((module.q_proj, module.k_proj, module.v_proj), W, b):
+        linear.weight = nn.Parameter(weight.clone())
+        linear.bias = nn.Parameter(bias.clone())
+    module.out_proj.weight = nn.Parameter(torch_mha.out_proj.weight.detach().clone())
+    module.out_proj.bias = nn.Parameter(torch_mha.out_proj.bias.detach().clone())
+    return module
+
+
+@pytest.mark.parametrize(
+    "candidate", [load_chunks, load_slices, load_parameters, reference.load_torch_weights]
+)
+def test_load_accepts_every_correct_style(candidate, capsys):
+    out = shared.passes(check_load_torch_weights, candidate, capsys)
+    assert out.startswith("✅ load_torch_weights: all 3 cases"), out
+
+
+def wrong_load(mistake):
+    def load(module, torch_mha):
+        W = list(torch_mha.in_proj_weight.chunk(3))
+        b = list(torch_mha.in_proj_bias.chunk(3))
+        if mistake == "transposed":
+            W = [w.T for w in W]
+        if mistake == "q and k swapped":
+            W[0], W[1], b[0], b[1] = W[1], W[0], b[1], b[0]
+        parts = [module.q_proj, module.k_proj, module.v_proj]
+        if mistake == "the other way":
+            with torch.no_grad():
+                torch_mha.in_proj_weight.copy_(torch.cat([p.weight for p in parts]))
+            return module
+        if mistake == "shared":
+            for linear, weight, bias in zip(parts, W, b):
+                linear.weight, linear.bias = nn.Parameter(weight), nn.Parameter(bias)
+            module.out_proj = torch_mha.out_proj
+            return module
+        with torch.no_grad() if mistake != "no no_grad" else contextlib.nullcontext():
+            for linear, weight, bias in zip(parts, W, b):
+                linear.weight.copy_(weight)
+                if mistake != "biases left out":
+                    linear.bias.copy_(bias)
+            if mistake != "out_proj left out":
+                module.out_proj.load_state_dict(torch_mha.out_proj.state_dict())
+        return None if mistake == "returns None" else module
+
+    return load
+
+
+@pytest.mark.parametrize(
+    "mistake, phrases",
+    [
+        ("transposed", ["module.q_proj.weight is not torch's", "transpose", "without .T"]),
+        ("q and k swapped", ["module.q_proj.weight", "holds the weight of k_proj", "in the order"]),
+        ("biases left out", ["module.q_proj.bias is not torch's", "not copied"]),
+        ("out_proj left out", ["module.out_proj.weight", "not copied", "out_proj is an nn.Linear"]),
+        ("the other way", ["torch's module changed (in_proj_weight)", "the other way"]),
+        ("shared", ["shares its memory with torch's module", "copy of its numbers"]),
+        ("no no_grad", ["RuntimeError", "torch.no_grad()"]),
+        ("returns None", ["the weights are right", "returned NoneType", "return module"]),
+    ],
+)
+def test_load_names_each_classic_mistake(mistake, phrases):
+    shared.fails_with(check_load_torch_weights, wrong_load(mistake), "Likely cause", *phrases)
+
+
+def test_load_the_right_version_of_the_mistakes_passes(capsys):
+    shared.passes(check_load_torch_weights, wrong_load(None), capsys)
+
+
+def test_load_unsolved_skeleton_is_not_done_yet(capsys):
+    shared.not_done(check_load_torch_weights, shared.skeleton, capsys)
+
+
+def test_load_leaves_the_learners_random_stream_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    check_load_torch_weights.passes(load_chunks)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_helper_that_is_not_defined_is_named():
+    """An answer written for the first skeleton, calling split_heads, loaded without it."""
+    cells = notebook_cell(NOTEBOOK_IMPORTS, {}, 1)
+    forward = """
+    def forward(self, query, key, value, attn_mask=None):
+        q, k, v = (split_heads(p(x), self.num_heads) for p, x in
+                   ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value)))
+        return q, k
+"""
+    notebook_cell(MHA_INIT_SOURCE + forward, cells, 2)  # forward is indented as a method already
+    message = fails_with(cells["MultiHeadAttention"], "NameError", "uses `split_heads`", "helper")
+    assert "shape mix-up" not in message
+
+
+def test_view_after_transpose_is_named():
+    class ViewToMerge(ViewTranspose):
+        def forward(self, query, key, value, attn_mask=None, need_weights=True):
+            q, k, v = (
+                self.split(p(x))
+                for p, x in zip((self.q_proj, self.k_proj, self.v_proj), (query, key, value))
+            )
+            weights = torch.softmax(self.scores(q, k, attn_mask), dim=-1)
+            merged = (weights @ v).transpose(1, 2).view(query.shape)
+            return self.out_proj(merged), weights
+
+    fails_with(ViewToMerge, "RuntimeError", "view cannot merge the axes of a transposed tensor")

@@ -14,6 +14,7 @@ from mha_course.toy_tasks import (
     job_targets,
     paired_letters,
     partner_positions,
+    targets_from_partner,
 )
 
 
@@ -73,6 +74,14 @@ def test_job_targets_mark_the_neighbours_and_the_partner():
     assert targets["previous"][0].nonzero().tolist() == [[1, 0], [2, 1], [3, 2]]  # (query, key)
     assert targets["next"][0].nonzero().tolist() == [[0, 1], [1, 2], [2, 3]]
     assert targets["partner"][0].nonzero().tolist() == [[0, 2], [1, 3], [2, 0], [3, 1]]
+
+
+def test_targets_from_the_partners_positions_are_the_jobs_targets():
+    tokens = paired_letters(6, n_pairs=4, generator=torch.Generator().manual_seed(7))
+    expected, got = job_targets(tokens), targets_from_partner(partner_positions(tokens))
+    assert tuple(got) == JOBS and all(torch.equal(got[job], expected[job]) for job in JOBS)
+    with pytest.raises(ValueError, match="partner must be"):
+        targets_from_partner(torch.zeros(2, 3))
 
 
 def brute_force(weights, targets):

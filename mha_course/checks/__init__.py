@@ -12,9 +12,10 @@ from .encoder_outputs import check_mean_pool, check_previous_token_score
 from .encoder_parts import check_encoder_stack, check_feed_forward
 from .fast import check_attention_in_blocks
 from .gradients import check_gradient_norms
+from .head_jobs import check_job_scores
 from .heads import check_merge_heads, check_split_heads
 from .layers import check_layer_norm, check_positional_encoding
-from .multihead import check_multi_head_attention
+from .multihead import check_load_torch_weights, check_multi_head_attention
 from .pretrained import check_load_layer, check_weight_map
 from .scores_and_masks import (
     check_attention_scores,
@@ -45,6 +46,8 @@ __all__ = [
     "check_split_heads",
     "check_merge_heads",
     "check_multi_head_attention",
+    "check_load_torch_weights",
+    "check_job_scores",
     # lesson 03
     "check_layer_norm",
     "check_post_ln_sublayer",

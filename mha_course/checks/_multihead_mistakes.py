@@ -1,5 +1,8 @@
 """Lesson 02's multi-head attention written from torch's weights, right and with each classic
-mistake, for :mod:`mha_course.checks.multihead` to name the mistake a learner's answer matches."""
+mistake, for :mod:`mha_course.checks.multihead` to name the mistake a learner's answer matches.
+
+A mask is bool (True = may attend) or float (added to the scaled scores), as in
+``torch.nn.functional.scaled_dot_product_attention``."""
 
 from __future__ import annotations
 
@@ -63,8 +66,13 @@ def _mha(
     K = split(F.linear(key, *(p.k if key_weights == "k" else p.q)), p.H)
     V = split(F.linear(value if value_input == "value" else key, *p.v), p.H)
     d = {"d_k": Q.size(-1), "d_model": query.size(-1), "none": 1}[scale]
-    scores = Q @ K.transpose(-2, -1) / math.sqrt(d)
-    if mask is not None and mask_rule != "ignored":
+    scores = Q @ K.transpose(-2, -1)
+    if mask is not None and mask.dtype != torch.bool and mask_rule == "added before the scale":
+        scores = scores + mask
+    scores = scores / math.sqrt(d)
+    if mask is not None and mask.dtype != torch.bool:
+        scores = _float_mask(scores, mask, mask_rule)
+    elif mask is not None and mask_rule != "ignored":
         allowed = ~mask if mask_rule == "inverted" else mask
         scores = scores.masked_fill(
             ~allowed, 0.0 if mask_rule == "filled with 0" else float("-inf")
@@ -72,6 +80,19 @@ def _mha(
     weights = torch.softmax(scores, dim=softmax_dim)
     heads = merge(weights @ V)
     return (F.linear(heads, *p.o) if out_proj else heads), weights
+
+
+def _float_mask(scores, mask, rule: str):
+    """A float mask, added to the scaled scores; or one of the classic ways to misuse it."""
+    if rule in ("ignored", "added before the scale"):
+        return scores
+    if rule == "subtracted":
+        return scores - mask
+    if rule == "read as bool":  # True (non-zero) = may attend, as if it were a bool mask
+        return scores.masked_fill(mask == 0, float("-inf"))
+    if rule == "used to block":  # non-zero = blocked, its values dropped
+        return scores.masked_fill(mask != 0, float("-inf"))
+    return scores + mask
 
 
 def mistakes(p: Weights) -> list[Mistake]:
@@ -145,8 +166,10 @@ def mistakes(p: Weights) -> list[Mistake]:
         Mistake(
             "mask ignored",
             wrong(mask_rule="ignored"),
-            "the mask is ignored: your weights are what you get without it. Pass attn_mask on to the "
-            "attention (it broadcasts over the heads axis), which sets masked scores to -inf.",
+            "the mask is ignored: your weights are what you get without it. Use attn_mask on the "
+            "scores of every head (it broadcasts over the heads axis): a bool mask blocks where it "
+            "is False, a float mask is added as it is (made into a bool one, a float mask without "
+            "a 0 blocks nothing).",
         ),
         Mistake(
             "mask inverted",
@@ -155,6 +178,31 @@ def mistakes(p: Weights) -> list[Mistake]:
             "torch.nn.functional.scaled_dot_product_attention and of your lesson-01 function), not "
             "'masked out' as in torch.nn.MultiheadAttention. Pass attn_mask on to your attention as it "
             "is; inside, blank out where it is False: scores.masked_fill(~attn_mask, float('-inf')).",
+        ),
+        Mistake(
+            "float mask added before the scale",
+            wrong(mask_rule="added before the scale"),
+            "the float mask is added before the scores are divided by √d_k, so it is scaled down "
+            "too. Add it to the scaled scores, as torch does: softmax(Q Kᵀ / √d_k + attn_mask).",
+        ),
+        Mistake(
+            "float mask subtracted",
+            wrong(mask_rule="subtracted"),
+            "the float mask is subtracted; it is added to the scores (its -inf entries block, its "
+            "other entries shift the scores up or down).",
+        ),
+        Mistake(
+            "float mask read as a bool mask",
+            wrong(mask_rule="read as bool"),
+            "the float mask was read as a bool one (0 = blocked). A float mask is not a yes/no: it "
+            "is added to the scores, 0 where nothing changes and -inf where a key is blocked. Tell "
+            "the two kinds apart by attn_mask.dtype.",
+        ),
+        Mistake(
+            "float mask used to block",
+            wrong(mask_rule="used to block"),
+            "the float mask was used to block the keys where it is not 0, and its values dropped. "
+            "A float mask is added to the scores: -inf blocks, any other value shifts the score.",
         ),
         Mistake(
             "mask filled with 0",
