@@ -5,7 +5,11 @@ import pytest
 import torch
 
 from mha_course import exercises, reference
-from mha_course.checks import ExerciseFailure, check_merge_heads, check_multi_head_attention
+from mha_course.checks import (
+    ExerciseFailure,
+    check_multi_head_attention,
+    check_scaled_dot_product_attention,
+)
 from mha_course.checks._core import call_candidate, checker, compare
 from mha_course.exercises import Exercise, evaluate, yours_or_reference
 
@@ -126,67 +130,75 @@ def test_answers_that_call_each_other_are_checked_once():
         check_quadruple(nb["quadruple"])
 
 
-# ---------------------------------------------------------------- lesson 02's split_heads and MHA
+# ---------------------------------------------------------------- lesson 02's MHA on lesson 01's attention
 
 
 MHA_FORWARD = """
     def forward(self, query, key, value, attn_mask=None):
         B, L, E = query.shape
-        q = split_heads(self.q_proj(query), self.num_heads)
-        k = split_heads(self.k_proj(key), self.num_heads)
-        v = split_heads(self.v_proj(value), self.num_heads)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-        if attn_mask is not None:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))
-        weights = scores.softmax(dim=-1)
-        return self.out_proj(merge_heads(weights @ v)), weights
+        S, H = key.size(1), self.num_heads
+        q = self.q_proj(query).view(B, L, H, E // H).transpose(1, 2)
+        k = self.k_proj(key).view(B, S, H, E // H).transpose(1, 2)
+        v = self.v_proj(value).view(B, S, H, E // H).transpose(1, 2)
+        if attn_mask is not None and attn_mask.dim() == 3:
+            attn_mask = attn_mask.unsqueeze(1)  # (B, L, S) -> (B, 1, L, S): every head
+        out, weights = scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        return self.out_proj(out.transpose(1, 2).reshape(B, L, E)), weights
 """
-SPLIT = {
-    "unsolved": f"def split_heads(x, num_heads):\n    {TODO}\n",
-    "view(B, H, L, D)": (
-        "def split_heads(x, num_heads):\n    B, L, E = x.shape\n"
-        "    return x.view(B, num_heads, L, E // num_heads)\n"
+ATTENTION = {
+    "unsolved": f"def scaled_dot_product_attention(query, key, value, attn_mask=None):\n    {TODO}\n",
+    "unscaled": (
+        "def scaled_dot_product_attention(query, key, value, attn_mask=None):\n"
+        "    scores = query @ key.transpose(-2, -1)\n"
+        "    if attn_mask is not None:\n"
+        "        scores = scores.masked_fill(~attn_mask, float('-inf'))\n"
+        "    weights = scores.softmax(dim=-1)\n"
+        "    return weights @ value, weights\n"
     ),
     "right": (
-        "def split_heads(x, num_heads):\n    B, L, E = x.shape\n"
-        "    return x.view(B, L, num_heads, E // num_heads).transpose(1, 2)\n"
+        "def scaled_dot_product_attention(query, key, value, attn_mask=None):\n"
+        "    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))\n"
+        "    if attn_mask is not None:\n"
+        "        scores = scores.masked_fill(~attn_mask, float('-inf'))\n"
+        "    weights = scores.softmax(dim=-1)\n"
+        "    return weights @ value, weights\n"
     ),
 }
-MERGE = (
-    "def merge_heads(x):\n    B, H, L, D = x.shape\n"
-    "    return x.transpose(1, 2).reshape(B, L, H * D)\n"
-)
 
 
-def lesson_02(split: str) -> dict:
-    return cells(SPLIT[split], MERGE, MHA_INIT_SOURCE + MHA_FORWARD)
+def lesson_02(attention: str) -> dict:
+    return cells(ATTENTION[attention], MHA_INIT_SOURCE + MHA_FORWARD)
 
 
-def test_multi_head_attention_on_an_unsolved_split_heads(capsys):
+def test_multi_head_attention_on_an_unsolved_attention(capsys):
     nb = lesson_02("unsolved")
     check_multi_head_attention(nb["MultiHeadAttention"])
     out = capsys.readouterr().out
-    assert out.startswith("⏳ Your MultiHeadAttention calls split_heads, which is not done yet.")
+    assert out.startswith(
+        "⏳ Your MultiHeadAttention calls scaled_dot_product_attention, which is not done yet."
+    )
     assert "__init__" not in out
     used = yours_or_reference(
         check_multi_head_attention, nb["MultiHeadAttention"], reference.MultiHeadAttention
     )
     assert used is reference.MultiHeadAttention
-    assert "(Your MultiHeadAttention calls split_heads" in capsys.readouterr().out
+    assert "(Your MultiHeadAttention calls scaled_dot_product_attention" in capsys.readouterr().out
 
 
-def test_multi_head_attention_on_a_wrong_split_heads():
+def test_multi_head_attention_on_a_wrong_attention():
     message = fails_with(
         check_multi_head_attention,
-        lesson_02("view(B, H, L, D)")["MultiHeadAttention"],
-        "Your MultiHeadAttention calls split_heads, which does not pass check_split_heads.",
-        "  split_heads: case",
-        "Likely cause: split_heads, not your MultiHeadAttention: fix split_heads first",
+        lesson_02("unscaled")["MultiHeadAttention"],
+        "Your MultiHeadAttention calls scaled_dot_product_attention, which does not pass "
+        "check_scaled_dot_product_attention.",
+        "  scaled_dot_product_attention: case",
+        "Likely cause: scaled_dot_product_attention, not your MultiHeadAttention: fix "
+        "scaled_dot_product_attention first",
     )
     assert len(message.splitlines()) <= 15
 
 
-def test_multi_head_attention_on_right_helpers_passes(capsys):
+def test_multi_head_attention_on_a_right_attention_passes(capsys):
     nb = lesson_02("right")
     passes(check_multi_head_attention, nb["MultiHeadAttention"], capsys)
-    passes(check_merge_heads, nb["merge_heads"], capsys)
+    passes(check_scaled_dot_product_attention, nb["scaled_dot_product_attention"], capsys)
