@@ -19,8 +19,6 @@ STEPS = [
     ("pre_ln_sublayer", "03", checks.check_pre_ln_sublayer),
     ("FeedForward", "04", checks.check_feed_forward),
     ("EncoderStack", "04", checks.check_encoder_stack),
-    ("previous_token_score", "05", checks.check_previous_token_score),
-    ("mean_pool", "05", checks.check_mean_pool),
     ("attention_flops", "06", checks.check_attention_flops),
     ("scores_memory", "06", checks.check_scores_memory),
 ]

@@ -4,10 +4,15 @@ protocol every checker keeps; :mod:`mha_course.exercises` is the registry that n
 from __future__ import annotations
 
 from ._failure import ExerciseFailure, NotDoneYet
+from .ablation import check_head_ablation
 from .attention import check_scaled_dot_product_attention, check_softmax
 from .costs import check_attention_flops, check_scores_memory
 from .encoder import check_encoder_layer
-from .encoder_outputs import check_mean_pool, check_previous_token_score
+from .encoder_outputs import (
+    check_embed_sentences,
+    check_mean_pool,
+    check_previous_token_score,
+)
 from .encoder_parts import check_encoder_stack, check_feed_forward
 from .fast import check_attention_in_blocks
 from .heads import check_merge_heads, check_split_heads
@@ -48,6 +53,8 @@ __all__ = [
     "check_weight_map",
     "check_previous_token_score",
     "check_mean_pool",
+    "check_embed_sentences",
+    "check_head_ablation",
     # lesson 06
     "check_attention_flops",
     "check_scores_memory",
