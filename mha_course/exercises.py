@@ -61,8 +61,8 @@ _TABLE = [
     ("04", "EncoderModel", checks.check_encoder_model),
     ("04", "train_step", checks.check_train_step),
     ("05", "load_layer", checks.check_load_layer),
-    ("05", "previous_token_score", checks.check_previous_token_score),
-    ("05", "mean_pool", checks.check_mean_pool),
+    ("05", "embed_sentences", checks.check_embed_sentences),
+    ("05", "head_ablation", checks.check_head_ablation),
     ("06", "attention_cost", checks.check_attention_cost),
     ("06", "attention_in_blocks", checks.check_attention_in_blocks),
 ]

@@ -47,6 +47,8 @@ __all__ = [
     "EncoderStack",
     "previous_token_score",
     "mean_pool",
+    "embed_sentences",
+    "head_ablation",
     "attention_flops",
     "scores_memory",
     "attention_cost",
@@ -471,6 +473,22 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     from .pretrained import mean_pool as _mean_pool  # lesson 05's module, imported when used
 
     return _mean_pool(hidden, attention_mask)
+
+
+def embed_sentences(model, sentences):
+    """Lesson 05: sentences -> (N, E) embeddings, each the mean of its real tokens' last hidden
+    states (padding left out), normalised to length 1."""
+    from .pretrained import embed_sentences as _embed_sentences
+
+    return _embed_sentences(model, sentences)
+
+
+def head_ablation(model, score):
+    """Lesson 05: (layers, H), how much ``score(model)`` drops when each head alone is switched
+    off (its columns of W^O zeroed); the model is left as it was."""
+    from .pretrained import head_ablation as _head_ablation
+
+    return _head_ablation(model, score)
 
 
 # Lesson 06: what attention costs.

@@ -16,8 +16,6 @@ STEPS = [
     ("job_scores", "02", checks.check_job_scores),
     ("EncoderModel", "04", checks.check_encoder_model),
     ("train_step", "04", checks.check_train_step),
-    ("previous_token_score", "05", checks.check_previous_token_score),
-    ("mean_pool", "05", checks.check_mean_pool),
     ("attention_cost", "06", checks.check_attention_cost),
 ]
 

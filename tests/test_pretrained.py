@@ -19,6 +19,11 @@ from mha_course import EncoderLayer, reference
 from mha_course.checks._core import ExerciseFailure
 from mha_course.checks.pretrained import check_load_layer
 from mha_course.pretrained import (
+    HELD_OUT_PAIRS,
+    RANKING_PAIRS,
+    embed_sentences,
+    head_ablation,
+    heads_off,
     layer_weight_map,
     load_checkpoint,
     load_layer,
@@ -178,6 +183,120 @@ def test_sentence_embeddings_match_sentence_transformers(model, directory):
     torch.testing.assert_close(
         model.encode(SENTENCES[2::-1], batch_size=1), ours[:3].flip(0), atol=1e-5, rtol=0
     )
+
+
+# ---------------------------------------------------------------- switching heads off
+
+
+def _bert_without(bert_model, heads, D=32):
+    """An independent route to the same model: BertModel with each listed head's value weights and
+    bias zeroed, so that the head's output (its attention-weighted values) is zero."""
+    import copy
+
+    other = copy.deepcopy(bert_model)
+    with torch.no_grad():
+        for layer, head in heads:
+            value = other.encoder.layer[layer].attention.self.value
+            value.weight[head * D : (head + 1) * D] = 0
+            value.bias[head * D : (head + 1) * D] = 0
+    return other
+
+
+@pytest.mark.parametrize(
+    "heads", [[(0, 2)], [(5, 11), (3, 0), (3, 7)], [(i, h) for i in range(6) for h in range(12)]]
+)
+def test_heads_off_matches_bert_with_those_heads_silenced(model, bert, batch, heads):
+    eager, _ = bert
+    mask = real(batch["attention_mask"])
+    with torch.no_grad():
+        theirs = _bert_without(eager, heads)(**batch).last_hidden_state
+        with heads_off(model, heads):
+            ours = model(**batch).last_hidden_state
+        whole = model(**batch).last_hidden_state
+    diff = (ours - theirs)[mask].abs().max()
+    assert diff <= TOL, f"hidden states differ by {diff:.2e}"
+    assert (whole - ours)[mask].abs().max() > 100 * TOL  # the heads did matter
+
+
+def test_heads_off_restores_every_weight_even_after_an_error(model):
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(RuntimeError, match="inside"):
+        with heads_off(model, [(1, 4), (1, 4), (5, 0)]):  # a head twice is fine
+            w = model.encoder.layers[1].self_attn.out_proj.weight
+            assert (w[:, 4 * 32 : 5 * 32] == 0).all() and (w[:, 5 * 32 : 6 * 32] != 0).any()
+            raise RuntimeError("inside")
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_heads_off_works_on_torch_layers_and_the_lesson_layout():
+    torch.manual_seed(0)
+    torch_layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).eval()
+    lesson_layer = reference.EncoderLayer(16, 4, 32).eval()
+    x = torch.randn(2, 5, 16)
+    for layer in (torch_layer, lesson_layer):
+        holder = nn.Module()
+        holder.encoder = nn.Module()
+        holder.encoder.layers = nn.ModuleList([layer])
+        with torch.no_grad():
+            whole = layer(x)
+            with heads_off(holder, [(0, 1)]):
+                silenced = layer(x)
+            # the same head switched off by hand, in its values (weight and bias)
+            other = __import__("copy").deepcopy(layer)
+            if hasattr(other.self_attn, "v_proj"):
+                other.self_attn.v_proj.weight[4:8] = 0
+                other.self_attn.v_proj.bias[4:8] = 0
+            else:
+                other.self_attn.in_proj_weight[32 + 4 : 32 + 8] = 0
+                other.self_attn.in_proj_bias[32 + 4 : 32 + 8] = 0
+            torch.testing.assert_close(silenced, other(x), atol=1e-6, rtol=0)
+            assert not torch.allclose(silenced, whole)
+            torch.testing.assert_close(layer(x), whole, atol=0, rtol=0)
+
+
+def test_heads_off_and_head_ablation_refuse_what_they_cannot_do(model):
+    with pytest.raises(ValueError, match=r"layer must be in \[0, 6\), got 6"):
+        with heads_off(model, [(6, 0)]):
+            pass
+    with pytest.raises(ValueError, match=r"head must be in \[0, 12\), got 12"):
+        with heads_off(model, [(0, 12)]):
+            pass
+    with pytest.raises(ValueError, match="model.encoder.layers"):
+        with heads_off(nn.Linear(2, 2), [(0, 0)]):
+            pass
+    with pytest.raises(ValueError, match="model.encoder.layers"):
+        head_ablation(nn.Linear(2, 2), lambda m: 0.0)
+
+
+def test_head_ablation_is_one_heads_off_per_head(model):
+    sentences = ["Which do you like better, coffee or tea?", "Hi!"]
+    before = model.encode(sentences)
+
+    def score(m):
+        return float(m.encode(sentences)[0] @ before[1])
+
+    drops = head_ablation(model, score)
+    assert drops.shape == (6, 12)
+    for layer, head in [(0, 0), (5, 11)]:
+        with heads_off(model, [(layer, head)]):
+            expected = score(model)
+        assert abs((score(model) - expected) - drops[layer, head].item()) < 1e-6
+    torch.testing.assert_close(model.encode(sentences), before, atol=0, rtol=0)
+
+
+def test_embed_sentences_is_encode_in_one_batch(model):
+    ours = embed_sentences(model, SENTENCES)
+    assert ours.shape == (len(SENTENCES), 384) and ours.device == model.device
+    torch.testing.assert_close(ours, model.encode(SENTENCES), atol=1e-5, rtol=0)
+    assert not ours.requires_grad
+
+
+def test_the_retrieval_pairs_are_distinct_and_share_no_topic():
+    assert (len(RANKING_PAIRS), len(HELD_OUT_PAIRS)) == (16, 24)
+    sentences = [s for pair in RANKING_PAIRS + HELD_OUT_PAIRS for s in pair]
+    assert len(set(sentences)) == len(sentences)
+    assert all(isinstance(s, str) and s.strip() == s and s for s in sentences)
 
 
 # ---------------------------------------------------------------- the weight map

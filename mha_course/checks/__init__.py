@@ -4,11 +4,16 @@ protocol every checker keeps; :mod:`mha_course.exercises` is the registry that n
 from __future__ import annotations
 
 from ._failure import ExerciseFailure, NotDoneYet
+from .ablation import check_head_ablation
 from .attention import check_scaled_dot_product_attention, check_self_attention, check_softmax
 from .costs import check_attention_cost, check_attention_flops, check_scores_memory
 from .encoder import check_encoder_layer
 from .encoder_model import check_encoder_model
-from .encoder_outputs import check_mean_pool, check_previous_token_score
+from .encoder_outputs import (
+    check_embed_sentences,
+    check_mean_pool,
+    check_previous_token_score,
+)
 from .encoder_parts import check_encoder_stack, check_feed_forward
 from .fast import check_attention_in_blocks
 from .gradients import check_gradient_norms
@@ -66,6 +71,8 @@ __all__ = [
     "check_weight_map",
     "check_previous_token_score",
     "check_mean_pool",
+    "check_embed_sentences",
+    "check_head_ablation",
     # lesson 06
     "check_attention_cost",
     "check_attention_flops",

@@ -1,15 +1,19 @@
-"""Checkers for lesson 05's two readings of a pretrained encoder's outputs: how much a head attends
-to the previous token, and a sentence's embedding as the mean of its real tokens."""
+"""Checkers for lesson 05's readings of a pretrained encoder's outputs: how much a head attends to
+the previous token, a sentence's embedding as the mean of its real tokens, and the whole step from
+sentences to normalised embeddings (``embed_sentences``)."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
+import torch.nn.functional as F
 
 from .. import reference
 from ._core import Mistake, checker
 from ._steps import check_cases, randn
 
-__all__ = ["check_previous_token_score", "check_mean_pool"]
+__all__ = ["check_previous_token_score", "check_mean_pool", "check_embed_sentences"]
 
 
 # ---------------------------------------------------------------- previous_token_score
@@ -222,4 +226,165 @@ def check_mean_pool(candidate) -> int:
         dtype_hint="the result keeps hidden's dtype; convert the mask to it "
         "(attention_mask.to(hidden.dtype)), not hidden to the mask's.",
         fallback_cause=f"sum each sentence's real tokens and divide by their number: {_POOL}.",
+    )
+
+
+# ---------------------------------------------------------------- embed_sentences
+
+_EMBED = (
+    "the mean of each sentence's real tokens (attention_mask 1), then each vector divided by its "
+    "length: F.normalize(..., dim=-1)"
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _small_model():
+    """A small random MiniLM (2 layers, E = 24) with the real WordPiece tokenizer: what
+    ``embed_sentences`` needs (``tokenize`` and the forward), cheap to run."""
+    from tokenizers import Tokenizer
+
+    from ..pretrained import MiniLM, MiniLMConfig, model_directory
+
+    tokenizer = Tokenizer.from_file(str(model_directory() / "tokenizer.json"))
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+    config = MiniLMConfig(
+        hidden_size=24, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(52)
+        return MiniLM(config, tokenizer).eval()
+
+
+class SmallMiniLM:
+    """The checker's model as the learner's code sees it: everything but ``encode``, which is
+    the package's answer to this exercise."""
+
+    def __init__(self, model):
+        self._model = model
+
+    def __getattr__(self, name):
+        if name == "encode":
+            raise AttributeError(
+                "the checker's model has no encode(): it is the course's version of this "
+                "exercise. Use model.tokenize(sentences) and model(**batch) instead."
+            )
+        return getattr(self._model, name)
+
+    def __call__(self, *args, **kwargs):
+        return self._model(*args, **kwargs)
+
+
+def _hidden(model, sentences, with_mask=True):
+    batch = model.tokenize(sentences)
+    mask = batch["attention_mask"] if with_mask else None
+    with torch.no_grad():
+        return model(batch["input_ids"], attention_mask=mask).last_hidden_state, batch[
+            "attention_mask"
+        ]
+
+
+def _pooled(model, sentences, with_mask=True):
+    hidden, mask = _hidden(model, sentences, with_mask)
+    return reference.mean_pool(hidden, mask)
+
+
+_EMBED_MISTAKES = [
+    Mistake(
+        "padding averaged in",
+        lambda m, s: F.normalize(_hidden(m, s)[0].mean(1), dim=-1),
+        "you averaged over every position, the padding too: a short sentence's vector then "
+        "depends on the longest sentence of its batch. Average its real tokens only: "
+        + _EMBED
+        + ".",
+    ),
+    Mistake(
+        "not normalised",
+        lambda m, s: _pooled(m, s),
+        "your vectors are the right means but not of length 1; divide each by its length, "
+        "F.normalize(means, dim=-1), so that a dot product is a cosine.",
+    ),
+    Mistake(
+        "sum, not normalised",
+        lambda m, s: (lambda h, k: (h * k[..., None]).sum(1))(*_hidden(m, s)),
+        "your vectors are sums of the real tokens, not of length 1; divide each by its length, "
+        "F.normalize(..., dim=-1) (the count of tokens then does not matter).",
+    ),
+    Mistake(
+        "normalised over the batch",
+        lambda m, s: F.normalize(_pooled(m, s), dim=0),
+        "you normalised over the batch axis (dim=0); each sentence's vector must have length 1: "
+        "F.normalize(means, dim=-1).",
+    ),
+    Mistake(
+        "[CLS]",
+        lambda m, s: F.normalize(_hidden(m, s)[0][:, 0], dim=-1),
+        "you took the [CLS] token's vector. all-MiniLM-L6-v2 was trained with the mean of the "
+        "real tokens as the sentence's vector, so that is what its similarities mean: "
+        + _EMBED
+        + ".",
+    ),
+    Mistake(
+        "max over the tokens",
+        lambda m, s: F.normalize(_hidden(m, s)[0].max(1).values, dim=-1),
+        "you took the largest value of each feature; the sentence's vector is the mean of its "
+        "real tokens: " + _EMBED + ".",
+    ),
+    Mistake(
+        "no attention_mask in the forward",
+        lambda m, s: F.normalize(_pooled(m, s, with_mask=False), dim=-1),
+        "the model ran without the attention_mask, so the real tokens attended to the padding. "
+        "Pass it: model(**batch), or model(input_ids, attention_mask=...).",
+    ),
+    Mistake(
+        "no attention_mask at all",
+        lambda m, s: F.normalize(_hidden(m, s, with_mask=False)[0].mean(1), dim=-1),
+        "the attention_mask is used nowhere: the model ran without it (the real tokens attended "
+        "to the padding) and the padding was averaged in. Pass it to the model, model(**batch), "
+        "and average the real tokens only.",
+    ),
+]
+
+
+def _embed_cases():
+    model = SmallMiniLM(_small_model())
+    yield (
+        "3 sentences of 12, 4 and 8 tokens",
+        model,
+        ["Which do you like better, coffee or tea?", "Hi!", "The cat sleeps all day."],
+    )
+    yield "one sentence, no padding", model, ["Attention is all you need."]
+    yield (
+        "4 sentences, the longest first",
+        model,
+        [
+            "The train to Paris leaves at nine o'clock tomorrow morning.",
+            "Yes.",
+            "How do I reset my password?",
+            "Snow.",
+        ],
+    )
+
+
+def _reference_embeddings(model, sentences):
+    return reference.embed_sentences(model._model, sentences)
+
+
+@checker(
+    "embed_sentences",
+    "Replace `raise NotImplementedError` with the steps from sentences to normalised mean vectors.",
+)
+def check_embed_sentences(candidate) -> int:
+    """Check ``candidate(model, sentences) -> (N, E)``: the mean of each sentence's real tokens'
+    last hidden states, normalised to length 1."""
+
+    return check_cases(
+        candidate,
+        _embed_cases(),
+        _reference_embeddings,
+        _EMBED_MISTAKES,
+        what="the sentence vectors",
+        crash_hint="the hidden states are (N, L, E) and the attention_mask (N, L): give the mask a "
+        "last axis, (N, L, 1), to multiply every feature, then pool over the tokens (dim=1).",
+        shape_hint="one vector per sentence, (N, E): pool over the tokens, dim=1.",
+        fallback_cause=_EMBED + ".",
     )

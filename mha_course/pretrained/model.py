@@ -33,6 +33,7 @@ __all__ = [
     "MiniLMOutput",
     "MiniLM",
     "mean_pool",
+    "embed_sentences",
     "load_minilm",
 ]
 
@@ -122,6 +123,16 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     """Mean of the hidden states (B, L, E) over the real tokens (attention_mask 1) -> (B, E)."""
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
     return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+@torch.no_grad()
+def embed_sentences(model: MiniLM, sentences: Sequence[str]) -> torch.Tensor:
+    """Sentence embeddings (N, E) in one batch, on the model's device: the mean of each sentence's
+    real tokens' last hidden states, L2-normalised (lesson 05's exercise; ``MiniLM.encode`` does
+    the same in batches, truncated at ``config.max_seq_length``, on the CPU)."""
+    batch = model.tokenize(sentences)
+    hidden = model(**batch).last_hidden_state  # (N, L, E)
+    return F.normalize(mean_pool(hidden, batch["attention_mask"]), p=2, dim=-1)
 
 
 class MiniLM(nn.Module):
