@@ -85,3 +85,14 @@ def test_the_targets_report_says_which_hold(tmp_path):
     report = dict(lesson_stats.targets_report([stats]))
     assert not report["00-06: 2 answer lines (at least 180)"]
     assert report["00-06: 1 exercises of three lines or fewer (at most 8)"]
+
+
+def test_the_course_meets_its_targets():
+    """Lessons 00-06: at least 180 answer lines, at most 8 short exercises, at most 5 % of answer
+    lines shown above their check, at most 18,000 main-path words; every lesson at most 3,500
+    words and 8 sentences over 35 words (`python tools/authoring.py stats` prints them)."""
+    from pathlib import Path
+
+    report = lesson_stats.targets_report(lesson_stats.course_stats(Path(__file__).parent.parent))
+    missed = [statement for statement, holds in report if not holds]
+    assert not missed, "targets missed:\n" + "\n".join(missed)
