@@ -62,21 +62,34 @@ def _work_folders(folder: Path) -> list[Path]:
     return [c for c in candidates if c.is_dir() and any(c.glob("*.py"))]
 
 
-def _notebooks(folder: Path) -> list[Path]:
-    found = []
-    for place in (folder, folder / "notebooks"):
-        if place.is_dir():
-            found += sorted(p for p in place.glob("*.ipynb") if LESSON_NOTEBOOK.match(p.name))
+SKIPPED = {"solutions", "my_work", "__pycache__", "node_modules", "site-packages"}
+
+
+def _notebooks(folder: Path, depth: int = 3) -> list[Path]:
+    """The lesson notebooks in ``folder`` and its subfolders (``notebooks/``, or nbgrader's
+    ``<assignment>/``), ``depth`` levels down at most; never the course's solutions, a backup
+    in ``my_work/.history/`` or a checkpoint."""
+    found = sorted(p for p in folder.glob("*.ipynb") if LESSON_NOTEBOOK.match(p.name))
+    if depth > 0:
+        for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+            if sub.name not in SKIPPED and not sub.name.startswith("."):
+                found += _notebooks(sub, depth - 1)
     return found
 
 
 def learner_name(path: Path) -> str:
-    """A folder: its name (the folder above it for ``my_work``); a lesson notebook
-    (``01_self_attention.ipynb``): its folder's name; any other notebook: its file name."""
+    """Whose work ``path`` is: a folder's name, going up past ``my_work``, ``notebooks`` and
+    nbgrader's assignment folder (``ada/01_self_attention/01_self_attention.ipynb`` is ada's); a
+    notebook that is not a lesson's is named by its file (``ada.ipynb``)."""
     path = path.resolve()
-    if path.is_dir():
-        return path.parent.name if path.name == "my_work" else path.name
-    return path.parent.name if LESSON_NOTEBOOK.match(path.name) else path.stem
+    if path.is_file() and not LESSON_NOTEBOOK.match(path.name):
+        return path.stem
+    folder = path if path.is_dir() else path.parent
+    while folder.parent != folder and (
+        folder.name in ("my_work", "notebooks") or (path.is_file() and folder.name == path.stem)
+    ):
+        folder = folder.parent
+    return folder.name
 
 
 def collect_submissions(paths: list[Path]) -> list[Submission]:
