@@ -10,6 +10,8 @@ A learner's code is never run inside the calling process: each learner's answers
 subprocess of their own (:mod:`mha_course.grading.worker`), one exercise after another, with a
 time limit per exercise; a crash, an infinite loop or a ``sys.exit`` costs only that learner's
 row for that exercise.
+
+:func:`is_yours` is for the graded cells of the nbgrader and otter exports (``tools/exports.py``).
 """
 
 __all__ = [
@@ -18,6 +20,7 @@ __all__ = [
     "check_all",
     "collect_submissions",
     "grade_submissions",
+    "is_yours",
     "progress",
 ]
 
@@ -28,6 +31,7 @@ _HOMES = {
     "collect_submissions": "answers",
     "check_all": "learner",
     "progress": "learner",
+    "is_yours": "cells",
 }
 
 
