@@ -3,6 +3,8 @@
 python -m mha_course doctor          # pre-flight check: can this machine run every lesson?
 python -m mha_course reset 01        # a fresh lesson-01 notebook (the old one is kept)
 python -m mha_course history         # the earlier versions of your answers, kept in my_work/
+python -m mha_course progress        # your exercises: ✅ / ❌ / ⏳, from the answers in my_work/
+python -m mha_course grade PATH... --csv results.csv   # an instructor's table of a room
 """
 
 import argparse
@@ -28,7 +30,14 @@ def main(argv=None) -> int:
     history.add_argument(
         "--dir", default=None, help="the my_work folder (default: notebooks/my_work of this course)"
     )
+    from .grading.cli import add_commands, run_grade, run_progress
+
+    add_commands(sub)
     args = parser.parse_args(argv)
+    if args.command == "progress":
+        return run_progress(args)
+    if args.command == "grade":
+        return run_grade(args)
     if args.command == "doctor":
         from .doctor import main as doctor
 

@@ -23,6 +23,7 @@ __all__ = [
     "END",
     "TODO",
     "exercise_source",
+    "map_solution_blocks",
     "make_exercise_notebook",
     "course_directory",
     "solution_paths",
@@ -54,6 +55,12 @@ def _skeleton(block: list[str], indent: str) -> list[str]:
 
 def exercise_source(source: str) -> str:
     """A code cell's source with each solution block replaced by its skeleton."""
+    return map_solution_blocks(source, _skeleton)
+
+
+def map_solution_blocks(source: str, replace) -> str:
+    """A code cell's source with each solution block (its lines between the markers) replaced by
+    ``replace(block_lines, indent)``, a list of lines; ``indent`` is the markers' indentation."""
     out: list[str] = []
     block: list[str] | None = None
     indent = ""
@@ -66,7 +73,7 @@ def exercise_source(source: str) -> str:
         elif stripped == END:
             if block is None:
                 raise ValueError(f"{END!r} without {BEGIN!r} in cell:\n{source}")
-            out.extend(_skeleton(block, indent))
+            out.extend(replace(block, indent))
             block = None
         elif block is not None:
             block.append(line)

@@ -11,6 +11,8 @@ nothing is stale.
     python tools/authoring.py stats           # per lesson: answer lines, words, the targets
     python tools/authoring.py stats --run     # ... and each notebook's run time and peak memory
     python tools/authoring.py clean FILES     # clean notebook metadata (for pre-commit)
+    python tools/authoring.py export nbgrader OUT/   # the lessons for nbgrader (or otter)
+    python tools/authoring.py hub-link HUB_URL       # the nbgitpuller link for a JupyterHub
 
 A learner's fresh notebook is ``python -m mha_course reset 02``, in the package.
 """
@@ -382,7 +384,12 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument(
         "--run", action="store_true", help="also execute each notebook: run time and peak memory"
     )
+    import exports  # the grading tools' formats and the hub link (tools/exports.py)
+
+    exports.add_commands(sub)
     args = parser.parse_args(argv)
+    if args.command in exports.COMMANDS:
+        return exports.run(args)
     if args.command == "clean":
         changed = [p for p in args.paths if clean_file(p)]
         for p in changed:
