@@ -34,12 +34,15 @@ new_env() {
 }
 
 # cached_install ENV NAME PIP-INSTALL-ARGUMENTS...: pip install into ENV from the wheelhouse NAME,
-# downloading there first what it lacks.
+# downloading there first what it lacks (an editable `-e DIR` is downloaded as DIR: its
+# dependencies).
 cached_install() {
-  local env=$1 wheels="$ci_cache/$2"
+  local env=$1 wheels="$ci_cache/$2" argument
   shift 2
+  local download=()
+  for argument in "$@"; do [ "$argument" = -e ] || download+=("$argument"); done
   mkdir -p "$wheels"
-  "$env/bin/python" -m pip download --quiet --dest "$wheels" "$@"
+  "$env/bin/python" -m pip download --quiet --dest "$wheels" "${download[@]}"
   "$env/bin/python" -m pip install --quiet --no-index --find-links "$wheels" "$@"
 }
 

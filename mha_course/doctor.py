@@ -20,6 +20,7 @@ from dataclasses import dataclass
 __all__ = ["Check", "run_checks", "report", "main"]
 
 MIN_PYTHON = (3, 10)
+MIN_TORCH = (2, 3)  # pyproject.toml's lower bound, tested by CI's .ci/oldest
 MIN_IPYTHON = "7.34"
 """Colab's IPython, the oldest the course is tested with (CI's Colab replica)."""
 WIDGET_FRONT_ENDS = {
@@ -62,8 +63,8 @@ def check_torch() -> Check:
             "torch",
             False,
             "not installed",
-            'pip install "torch==2.13.0" (CPU-only on Linux: add --extra-index-url '
-            "https://download.pytorch.org/whl/cpu)",
+            "from the course's folder: python install.py (it picks the CPU build where there is no "
+            "GPU)",
         )
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU build"
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_built():
@@ -71,22 +72,28 @@ def check_torch() -> Check:
     major_minor = tuple(int(n) for n in re.findall(r"\d+", torch.__version__)[:2])
     return Check(
         "torch",
-        major_minor >= (2, 1),
+        major_minor >= MIN_TORCH,
         f"{torch.__version__} ({build})",
-        "pip install --upgrade 'torch>=2.1'",
+        f"pip install --upgrade 'torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}'",
     )
 
 
 def check_device() -> Check:
     import torch
 
-    from .utils import device_report, get_device
+    from .utils import cuda_runs_here, device_report, get_device
 
     device = get_device()
     detail = device_report(device)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         detail += f", {free / 2**30:.1f} GiB free"
+    elif torch.cuda.is_available() and not cuda_runs_here():
+        major, minor = torch.cuda.get_device_capability()
+        detail += (
+            f" (this torch has no kernels for the GPU here, compute capability {major}.{minor}; "
+            f"it was built for {' '.join(torch.cuda.get_arch_list())}: the lessons run on the CPU)"
+        )
     elif not torch.cuda.is_available() and torch.version.cuda:
         detail += " (this torch supports CUDA but sees no GPU: on Colab, Runtime > Change runtime type > GPU)"
     return Check("device", True, detail, required=False)

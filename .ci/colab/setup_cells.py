@@ -57,8 +57,8 @@ def clone_url() -> str:
     return f"git+file://{ROOT}@{commit}"
 
 
-def setup_cell(path: Path) -> str:
-    """The notebook's set-up cell, its install pointed at the clone under test."""
+def setup_cell(path: Path, url: str) -> str:
+    """The notebook's set-up cell, its install pointed at ``url``, the clone under test."""
     nb = nbformat.read(path, as_version=4)
     source = next(c.source for c in nb.cells if c.cell_type == "code")
     if source != authoring.setup_cell_source():
@@ -67,7 +67,7 @@ def setup_cell(path: Path) -> str:
         )
     published = f"git+{authoring.repository_url()}@{authoring.course_ref()}"
     assert published in source, f"{path.name}: the set-up cell does not install {published}"
-    return source.replace(published, clone_url())
+    return source.replace(published, url)
 
 
 def run_cell(source: str, cwd: Path, env: dict[str, str]) -> tuple[list, float]:
@@ -94,11 +94,13 @@ def run_cell(source: str, cwd: Path, env: dict[str, str]) -> tuple[list, float]:
 
 
 def text_of(outputs: list) -> str:
-    """The outputs as one text; a stderr stream or an error fails the check that reads it."""
+    """The outputs as one text; a stderr stream or an error fails the check that reads it. (A
+    shell command's output comes through a terminal, its lines ending in CR LF.)"""
     parts = []
     for output in outputs:
         if output.output_type == "stream":
-            parts.append(("" if output.name == "stdout" else "[stderr] ") + output.text)
+            text = output.text.replace("\r\n", "\n")
+            parts.append(("" if output.name == "stdout" else "[stderr] ") + text)
         elif output.output_type == "error":
             parts.append(f"[error] {output.ename}: {output.evalue}\n")
         else:
@@ -113,7 +115,8 @@ def fail(message: str) -> None:
 
 def main() -> None:
     notebooks = authoring.lesson_notebooks()
-    cells = [(path, setup_cell(path)) for path in notebooks]
+    url = clone_url()
+    cells = [(path, setup_cell(path, url)) for path in notebooks]
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     if "mha-course" in installed():
