@@ -31,7 +31,7 @@ from pathlib import Path
 
 TORCH_VERSION = "2.13.0"
 """The torch the course is tested with (CI's quick start): the one installed where there is none."""
-MIN_TORCH = (2, 3)
+MIN_TORCH = (2, 5, 1)
 """pyproject.toml's lower bound: a torch already installed that is at least this is kept."""
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 """PyTorch's index of CPU-only builds (Linux, Windows)."""

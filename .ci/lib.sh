@@ -43,7 +43,9 @@ cached_install() {
   for argument in "$@"; do [ "$argument" = -e ] || download+=("$argument"); done
   mkdir -p "$wheels"
   "$env/bin/python" -m pip download --quiet --dest "$wheels" "${download[@]}"
-  "$env/bin/python" -m pip install --quiet --no-index --find-links "$wheels" "$@"
+  # (--no-compile: Python compiles what is imported when it is imported; compiling all of torch
+  # and its CUDA libraries' Python files up front costs minutes)
+  "$env/bin/python" -m pip install --quiet --no-compile --no-index --find-links "$wheels" "$@"
 }
 
 # seconds_since START: whole seconds since START (a `date +%s`).

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 __all__ = ["Check", "run_checks", "report", "main"]
 
 MIN_PYTHON = (3, 10)
-MIN_TORCH = (2, 3)  # pyproject.toml's lower bound, tested by CI's .ci/oldest
+MIN_TORCH = (2, 5, 1)  # pyproject.toml's lower bound, tested by CI's .ci/oldest
 MIN_IPYTHON = "7.34"
 """Colab's IPython, the oldest the course is tested with (CI's Colab replica)."""
 WIDGET_FRONT_ENDS = {
@@ -69,12 +69,12 @@ def check_torch() -> Check:
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU build"
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_built():
         build += ", MPS"
-    major_minor = tuple(int(n) for n in re.findall(r"\d+", torch.__version__)[:2])
+    minimum = ".".join(map(str, MIN_TORCH))
     return Check(
         "torch",
-        major_minor >= MIN_TORCH,
+        _version_tuple(torch.__version__) >= MIN_TORCH,
         f"{torch.__version__} ({build})",
-        f"pip install --upgrade 'torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}'",
+        f"pip install --upgrade 'torch>={minimum}'",
     )
 
 
@@ -317,7 +317,10 @@ def run_checks() -> list[Check]:
         return results  # nothing else can run without torch
     results.append(check_device())
     results.append(check_package())
-    results.extend(check_dependency(r) for r in _requirements() if not r.startswith("torch"))
+    checked_apart = ("torch", "ipython", "ipywidgets")  # by check_torch, _ipython, _widgets
+    results.extend(
+        check_dependency(r) for r in _requirements() if _lower_bound(r)[0] not in checked_apart
+    )
     results.extend(check_dependency(r) for r in LESSON_05_REFERENCES)
     for check in (
         check_pretrained_weights,

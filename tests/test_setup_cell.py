@@ -70,7 +70,9 @@ def colab(tmp_path_factory):
     (tmp_path / "cell.py").write_text(authoring.setup_cell_source())
     (tmp_path / "shell.py").write_text(SHELL)
     env = {
-        **os.environ,
+        **{
+            k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"
+        },  # (IPython warns on a stale one)
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "FAKE_PIP_CALLS": str(tmp_path / "pip-calls.txt"),
         "FAKE_PIP_INSTALLS": str(tmp_path / "installed"),
