@@ -25,7 +25,7 @@ MIN_IPYTHON = "7.34"
 """Colab's IPython, the oldest the course is tested with (CI's Colab replica)."""
 WIDGET_FRONT_ENDS = {
     # a front-end package -> {its major version: the ipywidgets major version it renders}
-    # (ipywidgets 7: widget protocol 2.0, controls 1.5; ipywidgets 8: protocol 2.1, controls 2.0)
+    # (the models it draws: ipywidgets 7's base 1.2 and controls 1.5; ipywidgets 8's 2.0 and 2.0)
     "jupyterlab_widgets": {1: 7, 3: 8},  # JupyterLab's widget manager
     "widgetsnbextension": {3: 7, 4: 8},  # the classic notebook's (Colab ships 3.6)
 }
@@ -219,7 +219,7 @@ def check_ipython() -> Check:
 
 
 def check_widgets() -> Check:
-    """ipywidgets, and whether the front end here renders its widgets (lesson 05's explorer):
+    """ipywidgets, and whether the front end here draws its widget models (lesson 05's explorer):
     on Colab, ipywidgets 7; elsewhere, JupyterLab's and the classic notebook's widget extensions
     of the same generation as ipywidgets (:data:`WIDGET_FRONT_ENDS`)."""
     version = _installed("ipywidgets")
@@ -228,11 +228,11 @@ def check_widgets() -> Check:
             "widgets", False, "ipywidgets not installed", 'pip install "ipywidgets>=7.7.1"'
         )
     major = _version_tuple(version)[0]
-    try:
-        from ipywidgets._version import __protocol_version__ as protocol
+    try:  # the model versions a front end must know to draw these widgets
+        from ipywidgets._version import __jupyter_widgets_controls_version__ as models
     except ImportError:  # an ipywidgets too old to say
-        protocol = "unknown"
-    detail = f"ipywidgets {version} (widget protocol {protocol})"
+        models = "unknown"
+    detail = f"ipywidgets {version} (its widget models: controls {models})"
     if _on_colab():
         if major == 7:
             return Check("widgets", True, detail + ", which Colab renders")

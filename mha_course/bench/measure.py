@@ -26,16 +26,19 @@ from .records import Environment
 
 
 def _import_benchmark():
-    """``torch.utils.benchmark``, whose import loads ``torch.utils.cpp_extension``: that logs a
-    warning on stderr where a CUDA build of torch meets CUDA's toolkit but no GPU (a Colab CPU
-    runtime), a line in a notebook that nothing here needs (nothing is compiled)."""
+    """``torch.utils.benchmark``, whose import loads ``torch.utils.cpp_extension``: where a CUDA
+    build of torch meets CUDA's toolkit but no GPU (a Colab CPU runtime) that says "No CUDA runtime
+    is found" on stderr (newer torch logs it, older prints it): a line in a notebook about
+    compiling C++, which nothing here does."""
+    import io
     import logging
 
     log = logging.getLogger("torch.utils.cpp_extension")
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        from torch.utils import benchmark
+        with contextlib.redirect_stderr(io.StringIO()):
+            from torch.utils import benchmark
     finally:
         log.setLevel(level)
     return benchmark
