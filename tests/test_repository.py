@@ -2,6 +2,7 @@
 re-points every copy (badges, Colab set-up cells, README, INSTRUCTORS.md) and leaves none behind;
 the badges name the release tag v<mha_course.__version__>."""
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -50,29 +51,34 @@ def test_the_repository_is_named_only_where_set_repo_rewrites_it():
             assert relative in rewritten, f"{relative} names {OWNER_NAME}: set-repo would miss it"
 
 
+def authoring_of(root: Path):
+    """The authoring tool of the copy at ``root`` (its ROOT is the copy; the course package it
+    imports is this one, the same code)."""
+    spec = importlib.util.spec_from_file_location("fork_authoring", root / "tools" / "authoring.py")
+    module = importlib.util.module_from_spec(spec)
+    path = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = path
+    return module
+
+
 @pytest.fixture(scope="module")
 def fork(tmp_path_factory):
-    """A copy of the course's files, pointed at a fork with set-repo."""
+    """A copy of the course's files, pointed at a fork with set-repo: (its root, its authoring)."""
     copy = tmp_path_factory.mktemp("fork")
     for path in tracked_text_files(ROOT):
         target = copy / path.relative_to(ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
-    for folder in ("mha_course", "tools", "images"):  # what the authoring tool imports and reads
-        if not (copy / folder).exists():
-            shutil.copytree(ROOT / folder, copy / folder)
-    done = subprocess.run(
-        [sys.executable, "tools/authoring.py", "set-repo", "someone/course-fork@spring-2027"],
-        cwd=copy,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return copy
+    tool = authoring_of(copy)
+    tool.set_repo("someone/course-fork@spring-2027")
+    return copy, tool
 
 
 def test_set_repo_leaves_no_copy_of_the_old_repository_or_ref(fork):
+    fork, _ = fork
     old_ref = authoring.course_ref()
     for path in tracked_text_files(ROOT):
         text = (fork / path.relative_to(ROOT)).read_text(encoding="utf-8", errors="replace")
@@ -83,6 +89,7 @@ def test_set_repo_leaves_no_copy_of_the_old_repository_or_ref(fork):
 
 
 def test_set_repo_points_badges_set_up_cells_and_links_at_the_fork(fork):
+    fork, tool = fork
     pyproject = (fork / "pyproject.toml").read_text(encoding="utf-8")
     assert 'Repository = "https://github.com/someone/course-fork"' in pyproject
     assert 'ref = "spring-2027"' in pyproject
@@ -101,10 +108,7 @@ def test_set_repo_points_badges_set_up_cells_and_links_at_the_fork(fork):
         setup = next(c for c in nb.cells if c.cell_type == "code")
         assert "git+https://github.com/someone/course-fork@spring-2027" in setup.source
         assert setup.outputs, "set-repo keeps the outputs"
-    check = subprocess.run(
-        [sys.executable, "tools/authoring.py", "check"], cwd=fork, capture_output=True, text=True
-    )
-    assert check.returncode == 0, check.stdout
+    assert tool.stale_notebooks() == []
 
 
 def test_set_repo_rejects_what_is_not_owner_slash_name():
