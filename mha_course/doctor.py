@@ -20,6 +20,18 @@ from dataclasses import dataclass
 __all__ = ["Check", "run_checks", "report", "main"]
 
 MIN_PYTHON = (3, 10)
+MIN_TORCH = (2, 5, 1)  # pyproject.toml's lower bound, tested by CI's .ci/oldest
+MIN_IPYTHON = "7.34"
+"""Colab's IPython, the oldest the course is tested with (CI's Colab replica)."""
+WIDGET_FRONT_ENDS = {
+    # a front-end package -> {its major version: the ipywidgets major version it renders}
+    # (the models it draws: ipywidgets 7's base 1.2 and controls 1.5; ipywidgets 8's 2.0 and 2.0)
+    "jupyterlab_widgets": {1: 7, 3: 8},  # JupyterLab's widget manager
+    "widgetsnbextension": {3: 7, 4: 8},  # the classic notebook's (Colab ships 3.6)
+}
+"""A front end renders the widgets of one ipywidgets generation only. JupyterLab 4 takes
+jupyterlab_widgets 3, so ipywidgets 8; Colab's own front end renders ipywidgets 7 only (installing
+ipywidgets 8 there breaks every widget: Colab's issues 3020 and 4525)."""
 # Lesson 05 compares the learner's encoder with these (sentence-transformers brings transformers).
 LESSON_05_REFERENCES = ["transformers>=4.40", "sentence-transformers>=3.0"]
 
@@ -51,31 +63,37 @@ def check_torch() -> Check:
             "torch",
             False,
             "not installed",
-            'pip install "torch==2.13.0" (CPU-only on Linux: add --extra-index-url '
-            "https://download.pytorch.org/whl/cpu)",
+            "from the course's folder: python install.py (it picks the CPU build where there is no "
+            "GPU)",
         )
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU build"
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_built():
         build += ", MPS"
-    major_minor = tuple(int(n) for n in re.findall(r"\d+", torch.__version__)[:2])
+    minimum = ".".join(map(str, MIN_TORCH))
     return Check(
         "torch",
-        major_minor >= (2, 1),
+        _version_tuple(torch.__version__) >= MIN_TORCH,
         f"{torch.__version__} ({build})",
-        "pip install --upgrade 'torch>=2.1'",
+        f"pip install --upgrade 'torch>={minimum}'",
     )
 
 
 def check_device() -> Check:
     import torch
 
-    from .utils import device_report, get_device
+    from .utils import cuda_runs_here, device_report, get_device
 
     device = get_device()
     detail = device_report(device)
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         detail += f", {free / 2**30:.1f} GiB free"
+    elif torch.cuda.is_available() and not cuda_runs_here():
+        major, minor = torch.cuda.get_device_capability()
+        detail += (
+            f" (this torch has no kernels for the GPU here, compute capability {major}.{minor}; "
+            f"it was built for {' '.join(torch.cuda.get_arch_list())}: the lessons run on the CPU)"
+        )
     elif not torch.cuda.is_available() and torch.version.cuda:
         detail += " (this torch supports CUDA but sees no GPU: on Colab, Runtime > Change runtime type > GPU)"
     return Check("device", True, detail, required=False)
@@ -154,14 +172,13 @@ def check_pretrained_weights() -> Check:
 
 
 def check_jupyter() -> Check:
-    """JupyterLab (not needed on Colab) with a python3 kernel and the widgets extension."""
+    """JupyterLab (not needed on Colab) with a python3 kernel (its widgets: :func:`check_widgets`)."""
     if _on_colab():
         return Check("JupyterLab", True, "Colab (its own notebook front end)", required=False)
     problems = []
     for name, minimum in (
         ("jupyterlab", "4.0"),
         ("ipykernel", "6.0"),
-        ("jupyterlab_widgets", "3.0"),
     ):
         check = check_dependency(f"{name}>={minimum}")
         if not check.ok:
@@ -180,12 +197,74 @@ def check_jupyter() -> Check:
             "; ".join(problems),
             'pip install -e ".[lab]" (JupyterLab, kernel, widgets)',
         )
-    return Check(
-        "JupyterLab",
-        True,
-        f"{metadata.version('jupyterlab')}, python3 kernel, widgets "
-        f"{metadata.version('ipywidgets')} with jupyterlab_widgets {metadata.version('jupyterlab_widgets')}",
-    )
+    return Check("JupyterLab", True, f"{metadata.version('jupyterlab')}, python3 kernel")
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_ipython() -> Check:
+    """The exercise checks read the learner's cells through IPython: Colab's 7.34 or newer."""
+    version = _installed("ipython")
+    fix = f'pip install --upgrade "ipython>={MIN_IPYTHON}"'
+    if version is None:
+        return Check("IPython", False, "not installed", fix)
+    ok = _version_tuple(version) >= _version_tuple(MIN_IPYTHON)
+    detail = version if ok else f"{version} (the exercise checks need >= {MIN_IPYTHON})"
+    return Check("IPython", ok, detail, fix)
+
+
+def check_widgets() -> Check:
+    """ipywidgets, and whether the front end here draws its widget models (lesson 05's explorer):
+    on Colab, ipywidgets 7; elsewhere, JupyterLab's and the classic notebook's widget extensions
+    of the same generation as ipywidgets (:data:`WIDGET_FRONT_ENDS`)."""
+    version = _installed("ipywidgets")
+    if version is None:
+        return Check(
+            "widgets", False, "ipywidgets not installed", 'pip install "ipywidgets>=7.7.1"'
+        )
+    major = _version_tuple(version)[0]
+    try:  # the model versions a front end must know to draw these widgets
+        from ipywidgets._version import __jupyter_widgets_controls_version__ as models
+    except ImportError:  # an ipywidgets too old to say
+        models = "unknown"
+    detail = f"ipywidgets {version} (its widget models: controls {models})"
+    if _on_colab():
+        if major == 7:
+            return Check("widgets", True, detail + ", which Colab renders")
+        return Check(
+            "widgets",
+            False,
+            detail + ": Colab's front end renders ipywidgets 7 only",
+            'pip install "ipywidgets==7.7.1", then Runtime > Restart session',
+        )
+    problems, front_ends = [], []
+    for name, renders in WIDGET_FRONT_ENDS.items():
+        installed = _installed(name)
+        if installed is None:
+            continue
+        front_ends.append(f"{name} {installed}")
+        generation = renders.get(_version_tuple(installed)[0])
+        if generation != major:
+            problems.append(
+                f"{name} {installed} renders ipywidgets {generation or 'of another generation'}"
+            )
+    lab = _installed("jupyterlab")
+    if lab is not None and _version_tuple(lab)[0] >= 4 and major < 8:
+        problems.append(f"JupyterLab {lab} renders ipywidgets 8 only")
+    if problems:
+        return Check(
+            "widgets",
+            False,
+            f"{detail}, but {'; '.join(problems)}",
+            'pip install --upgrade "ipywidgets>=8" (it brings the matching jupyterlab_widgets and '
+            "widgetsnbextension)",
+        )
+    return Check("widgets", True, detail + (f" with {', '.join(front_ends)}" if front_ends else ""))
 
 
 def check_attention_runs() -> Check:
@@ -238,9 +317,19 @@ def run_checks() -> list[Check]:
         return results  # nothing else can run without torch
     results.append(check_device())
     results.append(check_package())
-    results.extend(check_dependency(r) for r in _requirements() if not r.startswith("torch"))
+    checked_apart = ("torch", "ipython", "ipywidgets")  # by check_torch, _ipython, _widgets
+    results.extend(
+        check_dependency(r) for r in _requirements() if _lower_bound(r)[0] not in checked_apart
+    )
     results.extend(check_dependency(r) for r in LESSON_05_REFERENCES)
-    for check in (check_pretrained_weights, check_jupyter, check_attention_runs, check_writable):
+    for check in (
+        check_pretrained_weights,
+        check_ipython,
+        check_widgets,
+        check_jupyter,
+        check_attention_runs,
+        check_writable,
+    ):
         results.append(check())
     return results
 

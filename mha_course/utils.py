@@ -17,6 +17,7 @@ import torch
 
 __all__ = [
     "get_device",
+    "cuda_runs_here",
     "seed_everything",
     "Machine",
     "machine",
@@ -26,19 +27,41 @@ __all__ = [
 
 
 def get_device(prefer: str | None = None) -> torch.device:
-    """The best device here: CUDA, then Apple's MPS, then the CPU.
+    """The best device here: a CUDA GPU this torch has kernels for, then Apple's MPS, then the CPU.
 
-    ``prefer`` (or the environment variable ``MHA_COURSE_DEVICE``) forces one, e.g. ``"cpu"``.
+    The choice follows what the GPU can do (its compute capability against the architectures this
+    torch was built for: :func:`cuda_runs_here`), never its name. ``prefer`` (or the environment
+    variable ``MHA_COURSE_DEVICE``) forces one, e.g. ``"cpu"``.
     """
     prefer = prefer or os.environ.get("MHA_COURSE_DEVICE")
     if prefer:
         return torch.device(prefer)
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and cuda_runs_here():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def cuda_runs_here(device: int | torch.device | None = None) -> bool:
+    """Whether this torch has kernels for the GPU's compute capability: code built for sm_XY runs on
+    a GPU of the same major version and minor >= Y; PTX built for compute_XY is compiled for any
+    newer GPU when it loads. A torch that lists no architectures (a ROCm build) is trusted."""
+    major, minor = torch.cuda.get_device_capability(device)
+    built = torch.cuda.get_arch_list()
+    if not built:
+        return True
+    for arch in built:
+        kind, _, number = arch.partition("_")
+        if not number[:2].isdigit():
+            continue
+        arch_major, arch_minor = int(number[:-1]), int(number[-1])
+        if kind == "sm" and arch_major == major and arch_minor <= minor:
+            return True
+        if kind == "compute" and (arch_major, arch_minor) <= (major, minor):
+            return True
+    return False
 
 
 def seed_everything(seed: int = 0) -> int:
@@ -62,6 +85,7 @@ class Machine:
     device: str  # "cpu", "cuda" or "mps"
     device_name: str  # the GPU's name, or the CPU's model
     device_memory: int | None  # bytes: a CUDA GPU's total memory
+    capability: tuple[int, int] | None  # a CUDA GPU's compute capability, (7, 5) for a T4
     threads: int  # torch's CPU threads right now
 
 
@@ -79,10 +103,10 @@ def _cpu_name() -> str:
 def machine(device: torch.device | str | None = None) -> Machine:
     """The facts about this machine and ``device`` (default: :func:`get_device`)."""
     device = torch.device(device) if device is not None else get_device()
-    name, memory = _cpu_name(), None
+    name, memory, capability = _cpu_name(), None, None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        name, memory = props.name, props.total_memory
+        name, memory, capability = props.name, props.total_memory, (props.major, props.minor)
     elif device.type == "mps":
         name = "Apple GPU (Metal)"
     return Machine(
@@ -95,13 +119,15 @@ def machine(device: torch.device | str | None = None) -> Machine:
         device=device.type,
         device_name=name,
         device_memory=memory,
+        capability=capability,
         threads=torch.get_num_threads(),
     )
 
 
 def _device_line(m: Machine) -> str:
     if m.device == "cuda":
-        return f"cuda: {m.device_name}, {m.device_memory / 2**30:.1f} GiB"
+        sm = ".".join(map(str, m.capability)) if m.capability else "?"
+        return f"cuda: {m.device_name}, {m.device_memory / 2**30:.1f} GiB, compute capability {sm}"
     if m.device == "mps":
         return f"mps: {m.device_name}"
     return f"cpu: {m.threads} threads (no GPU found)"

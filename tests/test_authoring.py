@@ -93,13 +93,13 @@ def test_every_registered_exercise_has_a_cell_and_a_hint():
         assert "Hint" in following, f"{exercise.name}: put a hint right after the exercise cell"
 
 
-def test_setup_cell_installs_from_the_one_repository_url_without_touching_torch():
+def test_setup_cell_installs_from_the_one_repository_url_keeping_colabs_packages():
     cell = authoring.setup_cell_source()
     url = authoring.repository_url()
     assert url.startswith("https://github.com/")
-    assert f"git+{url}@{authoring.release_tag()}" in cell
-    assert "-c /tmp/keep-torch.txt" in cell and "torch=={torch.__version__}" in cell
-    assert 'if "google.colab" in sys.modules:' in cell
+    assert f"git+{url}@{authoring.course_ref()}" in cell
+    assert "-c /tmp/colab-packages.txt" in cell and "pip list --format=freeze" in cell
+    assert 'if "google.colab" in sys.modules and not find_spec("mha_course"):' in cell
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(ROOT)))
@@ -108,7 +108,7 @@ def test_badges_open_this_very_notebook_at_the_release(path):
     first = nb.cells[0].source.split("\n")[0]
     relative = path.relative_to(ROOT).as_posix()
     assert first == authoring.badges_line(relative)
-    assert f"/blob/{authoring.release_tag()}/{relative})" in first
+    assert f"/blob/{authoring.course_ref()}/{relative})" in first
 
 
 def test_no_notebook_links_to_a_missing_file():

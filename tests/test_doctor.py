@@ -4,6 +4,8 @@ import importlib.metadata as metadata
 import subprocess
 import sys
 
+import pytest
+
 from mha_course import doctor
 
 
@@ -60,3 +62,55 @@ def test_optional_problems_warn_without_failing():
     ]
     text = doctor.report(results)
     assert "⚠️" in text and "fix: do x" in text and "All good" in text
+
+
+def installed(monkeypatch, versions: dict, colab: bool = False) -> None:
+    """Make doctor see these package versions (None: not installed), on Colab or not."""
+    monkeypatch.setattr(doctor, "_installed", lambda name: versions.get(name))
+    monkeypatch.setattr(doctor, "_on_colab", lambda: colab)
+
+
+def test_an_ipython_older_than_colabs_is_a_problem(monkeypatch):
+    installed(monkeypatch, {"ipython": "7.33.0"})
+    check = doctor.check_ipython()
+    assert not check.ok and "need >= 7.34" in check.detail and "ipython>=7.34" in check.fix
+    installed(monkeypatch, {"ipython": "7.34.0"})
+    assert doctor.check_ipython().ok
+
+
+def test_on_colab_widgets_need_ipywidgets_7(monkeypatch):
+    installed(monkeypatch, {"ipywidgets": "7.7.1", "jupyterlab_widgets": "3.0.15"}, colab=True)
+    assert doctor.check_widgets().ok  # Colab's front end, not JupyterLab, draws them
+    installed(monkeypatch, {"ipywidgets": "8.1.9"}, colab=True)
+    check = doctor.check_widgets()
+    assert not check.ok and "renders ipywidgets 7 only" in check.detail
+    assert 'ipywidgets==7.7.1"' in check.fix and "Restart session" in check.fix
+
+
+@pytest.mark.parametrize(
+    "versions, problem",
+    [
+        ({"ipywidgets": "8.1.9", "jupyterlab_widgets": "3.0.17", "jupyterlab": "4.6.6"}, None),
+        ({"ipywidgets": "8.1.9", "widgetsnbextension": "4.0.16"}, None),
+        ({"ipywidgets": "7.7.1", "widgetsnbextension": "3.6.10", "notebook": "6.5.7"}, None),
+        (
+            {"ipywidgets": "7.7.1", "jupyterlab_widgets": "3.0.17"},
+            "jupyterlab_widgets 3.0.17 renders ipywidgets 8",
+        ),
+        (
+            {"ipywidgets": "7.7.1", "jupyterlab_widgets": "1.1.11", "jupyterlab": "4.6.6"},
+            "JupyterLab 4.6.6 renders ipywidgets 8 only",
+        ),
+        (
+            {"ipywidgets": "8.1.9", "widgetsnbextension": "3.6.10"},
+            "widgetsnbextension 3.6.10 renders ipywidgets 7",
+        ),
+    ],
+)
+def test_the_widget_front_end_must_speak_ipywidgets_protocol(monkeypatch, versions, problem):
+    installed(monkeypatch, versions)
+    check = doctor.check_widgets()
+    if problem is None:
+        assert check.ok, check.detail
+    else:
+        assert not check.ok and problem in check.detail and "ipywidgets>=8" in check.fix

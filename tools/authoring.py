@@ -11,6 +11,8 @@ nothing is stale.
     python tools/authoring.py stats           # per lesson: answer lines, words, the targets
     python tools/authoring.py stats --run     # ... and each notebook's run time and peak memory
     python tools/authoring.py clean FILES     # clean notebook metadata (for pre-commit)
+    python tools/authoring.py stamp           # re-stamp set-up cells and badges, outputs kept
+    python tools/authoring.py set-repo OWNER/NAME[@REF]   # a fork: re-point every link to it
     python tools/authoring.py export nbgrader OUT/   # the lessons for nbgrader (or otter)
     python tools/authoring.py hub-link HUB_URL       # the nbgitpuller link for a JupyterHub
 
@@ -46,11 +48,18 @@ KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "langua
 
 def repository_url() -> str:
     """The course's repository URL: defined once, in pyproject.toml's [project.urls]."""
-    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    match = re.search(r'^Repository\s*=\s*"([^"]+)"', text, re.MULTILINE)
+    match = re.search(r'^Repository\s*=\s*"([^"]+)"', _pyproject(), re.MULTILINE)
     if match is None:
         raise RuntimeError("pyproject.toml has no [project.urls] Repository entry")
     return match.group(1)
+
+
+def _pyproject() -> str:
+    return (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+
+
+RELEASE = "release"
+"""The ``ref`` setting that means the release tag, ``v`` + ``mha_course.__version__``."""
 
 
 def release_tag() -> str:
@@ -59,17 +68,34 @@ def release_tag() -> str:
     return f"v{__version__}"
 
 
+def course_ref() -> str:
+    """The git ref the badges and the Colab set-up cell name: pyproject.toml's
+    ``[tool.mha-course] ref``; ``"release"`` (the default) is :func:`release_tag`."""
+    match = re.search(r'^ref\s*=\s*"([^"]+)"', _tool_table(), re.MULTILINE)
+    ref = match.group(1) if match else RELEASE
+    return release_tag() if ref == RELEASE else ref
+
+
+def _tool_table() -> str:
+    text = _pyproject()
+    start = text.find("[tool.mha-course]")
+    if start < 0:
+        return ""
+    end = text.find("\n[", start + 1)
+    return text[start : None if end < 0 else end]
+
+
 def _github_path() -> str:
     """``owner/name`` of the repository on GitHub."""
     return repository_url().removeprefix("https://github.com/").rstrip("/")
 
 
 def colab_url(path_in_repo: str) -> str:
-    return f"https://colab.research.google.com/github/{_github_path()}/blob/{release_tag()}/{path_in_repo}"
+    return f"https://colab.research.google.com/github/{_github_path()}/blob/{course_ref()}/{path_in_repo}"
 
 
 def binder_url() -> str:
-    return f"https://mybinder.org/v2/gh/{_github_path()}/{release_tag()}?urlpath=lab/tree/notebooks"
+    return f"https://mybinder.org/v2/gh/{_github_path()}/{course_ref()}?urlpath=lab/tree/notebooks"
 
 
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
@@ -97,24 +123,34 @@ def stamp_badges(nb, path_in_repo: str) -> None:
     cell.source = "\n".join([badges_line(path_in_repo), ""] + lines)
 
 
+INSTALL_LOG = "/tmp/mha-course-install.log"
+INSTALL_FAILED = (
+    "❌ The course package did not install (is this runtime online?): run this cell again. "
+    f"What pip said is in {INSTALL_LOG}"
+)
+
+
 def setup_cell_source() -> str:
-    """The first code cell of every notebook: installs the package on Colab (keeping Colab's own
-    torch), then seeds everything and picks the device. Elsewhere it only does the second part."""
-    url = repository_url().replace("https://", "git+https://")
+    """The first code cell of every notebook. On Colab, once per runtime, it installs the course
+    package and what it needs that Colab lacks: every package already there is a constraint at its
+    installed version (pip's own list, so a torch whose ``__version__`` carries a local label,
+    such as 2.11.0+cu130, is kept as the 2.11.0 it is installed as). If that fails it says so in
+    one line, not a pip traceback. Then, everywhere, it seeds everything and picks the device."""
+    requirement = f"mha-course @ git+{repository_url()}@{course_ref()}"
     return (
-        "# Set-up, the same in every notebook. On Colab it installs the course package first\n"
-        "# (pinning the torch Colab already has, so torch is never reinstalled).\n"
+        "# Set-up, the same in every notebook. On Colab it first installs the course package (once per\n"
+        "# runtime), adding only what Colab lacks: Colab's own packages (torch, ipywidgets, ...) stay.\n"
         "import sys\n"
+        "from importlib.util import find_spec\n"
         "\n"
-        'if "google.colab" in sys.modules:\n'
-        "    import torch\n"
+        'if "google.colab" in sys.modules and not find_spec("mha_course"):\n'
+        "    !pip list --format=freeze > /tmp/colab-packages.txt\n"
+        f'    !pip install -c /tmp/colab-packages.txt "{requirement}" > {INSTALL_LOG} 2>&1 || echo "{INSTALL_FAILED}"\n'
         "\n"
-        '    !echo "torch=={torch.__version__}" > /tmp/keep-torch.txt\n'
-        f'    !pip install -q -c /tmp/keep-torch.txt "mha-course @ {url}@{release_tag()}"\n'
+        'if find_spec("mha_course"):  # (if not, the line above says why)\n'
+        "    from mha_course.notebook import start\n"
         "\n"
-        "from mha_course.notebook import start\n"
-        "\n"
-        "device = start(seed=0)"
+        "    device = start(seed=0)"
     )
 
 
@@ -225,6 +261,95 @@ def clean_file(path: Path) -> bool:
         return False
     path.write_text(after, encoding="utf-8")
     return True
+
+
+# ---------------------------------------------------------------- where the course lives
+
+REPO_SPEC = re.compile(
+    r"^([A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)/([A-Za-z0-9._-]+)(?:@([^\s@]+))?$"
+)
+POINTED_FILES = ("README.md", "INSTRUCTORS.md")
+"""Besides pyproject.toml and the notebooks: the files whose links name the repository."""
+
+
+def stamp(only: list[str] | None = None) -> list[Path]:
+    """Re-stamp the set-up cell and the badges of both versions of each lesson in place, keeping
+    their outputs (the set-up cell prints the same off Colab, and badges are markdown): what a
+    change of where the course lives needs, without executing anything. Returns the files changed."""
+    changed = []
+    for path in solution_paths(only):
+        for target, badge_path in (
+            (path, f"notebooks/solutions/{path.name}"),
+            (exercise_path(path), f"notebooks/{path.name}"),
+        ):
+            if not target.exists():
+                continue
+            nb = nbformat.read(target, as_version=4)
+            before = _sources(nb)
+            stamp_setup_cell(nb)
+            stamp_badges(nb, badge_path)
+            if _sources(nb) != before:
+                write(nb, target)
+                changed.append(target)
+    return changed
+
+
+def _repoint(text: str, old: tuple[str, str], new: tuple[str, str]) -> str:
+    """``text`` with every link to the repository ``old`` (owner/name, ref) pointing at ``new``:
+    GitHub pages, Colab and Binder badges, pip's git URLs."""
+    (old_path, old_ref), (new_path, new_ref) = old, new
+    hosts = r"(https://(?:github\.com|colab\.research\.google\.com/github|mybinder\.org/v2/gh)/)"
+    ref = re.escape(old_ref)
+    text = re.sub(
+        hosts + re.escape(old_path) + rf"/blob/{ref}/", rf"\g<1>{new_path}/blob/{new_ref}/", text
+    )
+    text = re.sub(
+        hosts + re.escape(old_path) + rf"/{ref}(?=[?/\s)])", rf"\g<1>{new_path}/{new_ref}", text
+    )
+    text = re.sub(hosts + re.escape(old_path) + rf"@{ref}\b", rf"\g<1>{new_path}@{new_ref}", text)
+    return re.sub(hosts + re.escape(old_path) + r"(?![\w.-])", rf"\g<1>{new_path}", text)
+
+
+def set_repo(spec: str) -> list[Path]:
+    """Point the course at ``OWNER/NAME[@REF]`` everywhere (see :func:`main`'s ``set-repo``);
+    without ``@REF`` the badges name the release tag. Returns the files changed."""
+    match = REPO_SPEC.match(spec.strip())
+    if match is None:
+        raise ValueError(
+            f"expected OWNER/NAME or OWNER/NAME@REF (a GitHub repository), got {spec!r}"
+        )
+    owner, name, ref = match.groups()
+    old = (_github_path(), course_ref())
+    pyproject = ROOT / "pyproject.toml"
+    text = _pyproject()
+    text = re.sub(
+        r'^(Repository\s*=\s*)"[^"]+"',
+        rf'\g<1>"https://github.com/{owner}/{name}"',
+        text,
+        count=1,
+        flags=re.MULTILINE,
+    )
+    setting = f'ref = "{ref or RELEASE}"'
+    if "[tool.mha-course]" not in text:
+        raise RuntimeError("pyproject.toml has no [tool.mha-course] table to keep the ref in")
+    table = _tool_table()
+    new_table = re.sub(r'^ref\s*=\s*"[^"]*"', setting, table, count=1, flags=re.MULTILINE)
+    text = text.replace(
+        table, new_table if new_table != table else table.rstrip("\n") + f"\n{setting}\n"
+    )
+    changed = []
+    if text != pyproject.read_text(encoding="utf-8"):
+        pyproject.write_text(text, encoding="utf-8")
+        changed.append(pyproject)
+    new = (_github_path(), course_ref())
+    for relative in POINTED_FILES:
+        path = ROOT / relative
+        before = path.read_text(encoding="utf-8")
+        after = _repoint(before, old, new)
+        if after != before:
+            path.write_text(after, encoding="utf-8")
+            changed.append(path)
+    return changed + stamp()
 
 
 # ---------------------------------------------------------------- a private my_work/ for each run
@@ -368,6 +493,17 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("lessons", nargs="*", help="lesson numbers, e.g. 01 02 (default: all)")
     b.add_argument("--no-execute", action="store_true", help="generate only, without running")
     sub.add_parser("check", help="exit 1 if a generated notebook is stale")
+    sub.add_parser(
+        "stamp",
+        help="re-stamp every notebook's set-up cell and badges in place, outputs kept (no execution)",
+    )
+    sr = sub.add_parser(
+        "set-repo",
+        help="point the badges, the Colab set-up cells, pyproject.toml, README.md and "
+        "INSTRUCTORS.md at a GitHub repository (a fork): OWNER/NAME, or OWNER/NAME@REF for a "
+        "branch or tag other than the release tag v<version>",
+    )
+    sr.add_argument("repository", help="OWNER/NAME or OWNER/NAME@REF")
     c = sub.add_parser(
         "clean",
         help="clean notebook metadata in place (kernelspec, no widget state); "
@@ -397,6 +533,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if changed else 0
     if args.command == "stats":
         return stats(args)
+    if args.command in ("stamp", "set-repo"):
+        try:
+            changed = stamp() if args.command == "stamp" else set_repo(args.repository)
+        except ValueError as error:
+            parser.error(str(error))
+        for path in changed:
+            print(f"updated {path.relative_to(ROOT)}")
+        print(f"the course lives at {repository_url()}, ref {course_ref()}")
+        return 0
     if args.command == "build":
         build(args.lessons or None, run=not args.no_execute)
     else:

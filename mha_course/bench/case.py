@@ -133,7 +133,8 @@ def _call(run: Callable, leaves: list[torch.Tensor], inputs: Inputs, mode: str) 
 
 def _is_oom(error: BaseException) -> bool:
     """A GPU raises torch.OutOfMemoryError; the CPU allocator a RuntimeError "can't allocate memory"."""
-    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
+    # (torch.OutOfMemoryError from torch 2.5 on; torch.cuda.OutOfMemoryError, the same class, before)
+    if isinstance(error, (torch.cuda.OutOfMemoryError, MemoryError)):
         return True
     text = str(error).lower()
     return isinstance(error, RuntimeError) and (

@@ -27,12 +27,14 @@ import torch
 
 from ..variants import MHAParams
 from .case import Case
-from .implementations import SDPA_BACKENDS, Implementation
+from .implementations import SDPA_BACKENDS, Implementation, standard_implementations
 from .measure import matmul_rate, peak_memory, time_call
 
 __all__ = [
     "DeviceProfile",
+    "COLAB_T4",
     "unsupported_reason",
+    "profile_dtypes",
     "native_bf16",
     "available_memory",
     "describe_device",
@@ -65,6 +67,40 @@ class DeviceProfile:
     measurement_overhead_s: float = 0.0  # per measurement, besides its calls
     slowdown: float = 1.0  # how much slower measured calls were than predicted (a busy machine)
     cost_factor: float = 1.0  # measurements' wall time over what measurement_s predicted
+
+
+COLAB_T4 = DeviceProfile(
+    type="cuda",
+    capability=(7, 5),
+    native_bf16=False,
+    available_bytes=MEMORY_FRACTION["cuda"] * 15 * 2**30,
+    matmul_rate={"float16": 65e12, "float32": 8.1e12, "float64": 8.1e12 / 32},
+    matmul_n=4096,
+    call_overhead_s={
+        (impl.name, mode): seconds * (10 / 3 if impl.name == "loop over heads" else 1)
+        for impl in standard_implementations(compile=True)
+        for mode, seconds in (("forward", 3e-4), ("forward+backward", 9e-4))
+    },
+    measurement_overhead_s=0.02,
+)
+"""Colab's free-tier GPU, an NVIDIA T4, as the planner sees it, written from its published figures
+rather than measured: compute capability 7.5 (Turing: no native bfloat16, no flash or cuDNN
+attention; SDPA's memory-efficient kernel in float16 and float32); 16 GB of memory, of which Colab
+reports 15 GiB free; 65 TFLOP/s in float16 on its tensor cores and 8.1 TFLOP/s in float32 (NVIDIA's
+T4 Tensor Core GPU datasheet), float64 at 1/32 of float32 (NVIDIA's Turing architecture
+whitepaper). Peak rates: a real sweep measures lower ones. The overhead of a call is not published:
+0.3 ms (0.9 ms with backward), and 1 ms (3 ms) for the loop over heads, assume CUDA's launch cost
+of about 10 microseconds per kernel times the kernels of one call, and a measurement's fixed cost
+20 ms."""
+
+
+def profile_dtypes(profile: DeviceProfile) -> tuple[torch.dtype, ...]:
+    """The dtypes a sweep measures by default on the device ``profile`` describes: float32 on a
+    CPU; on a GPU float16, and bfloat16 only where the GPU computes it natively (compute capability
+    8.0 or newer: never on a T4, which would only emulate it, slowly)."""
+    if profile.type != "cuda":
+        return (torch.float32,)
+    return (torch.float16, torch.bfloat16) if profile.native_bf16 else (torch.float16,)
 
 
 def unsupported_reason(case: Case, profile: DeviceProfile) -> str | None:

@@ -20,10 +20,31 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import torch
-from torch.utils import benchmark
 
 from ..utils import machine
 from .records import Environment
+
+
+def _import_benchmark():
+    """``torch.utils.benchmark``, whose import loads ``torch.utils.cpp_extension``: where a CUDA
+    build of torch meets CUDA's toolkit but no GPU (a Colab CPU runtime) that says "No CUDA runtime
+    is found" on stderr (newer torch logs it, older prints it): a line in a notebook about
+    compiling C++, which nothing here does."""
+    import io
+    import logging
+
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            from torch.utils import benchmark
+    finally:
+        log.setLevel(level)
+    return benchmark
+
+
+benchmark = _import_benchmark()
 
 __all__ = [
     "Timing",
@@ -189,7 +210,7 @@ def _cpu_peak_bytes(fn: Callable) -> int | None:
     except AttributeError:  # a torch whose profiler keeps its events elsewhere
         return None
     changes = sorted(
-        (e.start_ns(), e.nbytes())
+        (e.start_ns() if hasattr(e, "start_ns") else 1000 * e.start_us(), e.nbytes())
         for e in events
         if e.name() == "[memory]" and e.device_type().name == "CPU"
     )

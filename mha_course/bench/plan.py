@@ -36,6 +36,9 @@ __all__ = [
     "group_s",
     "Plan",
     "plan",
+    "Rehearsal",
+    "rehearse",
+    "describe_s",
 ]
 
 EFFICIENCY = 0.2
@@ -178,3 +181,86 @@ def plan(
             middle = (low + high) / 2
             low, high = (middle, high) if extra(middle) <= seconds - total else (low, middle)
     return Plan(frozenset(chosen), low, total + extra(low), call_s)
+
+
+@dataclass(frozen=True)
+class Rehearsal:
+    """A sweep played on paper (:func:`rehearse`): what it would run, and when it would end."""
+
+    run: tuple[int, ...]  # indices of the cases it would measure, in order
+    not_run: dict[int, str]  # index -> why not ("unsupported: ...", "too big", "too slow")
+    seconds: float  # predicted wall time, the device's description included
+    describe_s: float  # of which describing the device
+
+
+def describe_s(profile: DeviceProfile, dtypes: Sequence, pairs: int, run_time: float) -> float:
+    """Seconds :func:`.device_profile.describe_device` takes before a budgeted sweep: a matmul
+    rate timed for ``run_time`` in each dtype and float64 (with a warm-up call and the last block
+    over), and a tenth of that for a tiny call of each of ``pairs`` (implementation, mode)."""
+    seconds = 0.0
+    for name in (*(str(d).removeprefix("torch.") for d in dtypes), "float64"):
+        rate = profile.matmul_rate.get(name)
+        matmul = 2 * profile.matmul_n**3 / rate if rate else 0.0
+        seconds += run_time + 3 * matmul
+    tiny = max(profile.call_overhead_s.values(), default=0.0)
+    return seconds + pairs * (run_time / 10 + 3 * tiny)
+
+
+def rehearse(
+    cases: Sequence[Case],
+    budget_s: float,
+    profile: DeviceProfile,
+    *,
+    min_run_time: float,
+    max_run_time: float,
+    planned_share: float,
+) -> Rehearsal:
+    """Play a budgeted sweep of ``cases`` on the device ``profile`` describes, every call taking
+    what :func:`predict_call_s` predicts: as :mod:`.sweep` does, group by group (a dtype, mode and
+    length), it leaves out what the device cannot run (:func:`.device_profile.unsupported_reason`)
+    or hold, plans what is left with ``planned_share`` of the time left, and measures this group's
+    chosen cases. So a device that is not here (a Colab T4, from its published figures) can be
+    checked against a budget on any machine."""
+    from .device_profile import unsupported_reason  # (the module imports this one's names)
+
+    dtypes = list(dict.fromkeys(case.dtype for case in cases))
+    pairs = len({(case.implementation.name, case.mode) for case in cases})
+    clock = description = describe_s(profile, dtypes, pairs, min_run_time)
+    seen: dict[tuple, list] = {}
+    run, not_run = [], {}
+    start = 0
+    while start < len(cases):
+        end = start
+        while end < len(cases) and cases[end].group == cases[start].group:
+            end += 1
+        candidates = []
+        for i in range(start, len(cases)):
+            if reason := unsupported_reason(cases[i], profile):
+                not_run[i] = f"unsupported: {reason}"
+            elif predict_peak_bytes(cases[i], seen) > profile.available_bytes:
+                not_run[i] = "too big"
+            else:
+                not_run.pop(i, None)
+                candidates.append(i)
+        chosen = plan(
+            [cases[i] for i in candidates],
+            planned_share * (budget_s - clock),
+            profile,
+            seen,
+            min_run_time=min_run_time,
+            max_run_time=max_run_time,
+        )
+        measured = [i for j, i in enumerate(candidates) if j in chosen.run and i < end]
+        if measured:
+            clock += group_s(cases[start], profile, min_run_time)
+        for i in measured:
+            call_s = predict_call_s(cases[i], profile, seen)
+            clock += measurement_s(call_s, chosen.run_time, profile)
+            peak = predict_peak_bytes(cases[i], seen)
+            seen.setdefault(cases[i].series, []).append((cases[i].length, call_s, peak))
+            run.append(i)
+        for i in range(start, end):
+            if i not in run and i not in not_run:
+                not_run[i] = "too slow"
+        start = end
+    return Rehearsal(tuple(run), not_run, clock, description)

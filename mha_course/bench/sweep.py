@@ -44,6 +44,7 @@ from .device_profile import (
     available_memory,
     describe_device,
     native_bf16,
+    profile_dtypes,
     unsupported_reason,
 )
 from .implementations import Implementation, standard_implementations
@@ -86,9 +87,7 @@ def _device(device) -> torch.device:
 def default_dtypes(device=None) -> tuple[torch.dtype, ...]:
     """float32 on a CPU; on a GPU float16, and bfloat16 where the GPU has it natively."""
     device = _device(device)
-    if device.type != "cuda":
-        return (torch.float32,)
-    return (torch.float16, torch.bfloat16) if native_bf16(device) else (torch.float16,)
+    return profile_dtypes(DeviceProfile(type=device.type, native_bf16=native_bf16(device)))
 
 
 def default_budget(device=None, quick: bool = False) -> float:
