@@ -52,6 +52,7 @@ def test_pairwise_dot_accepts_every_correct_style(candidate, capsys):
         (lambda a, b: 2 * a @ b.mT, "each entry is the dot product"),
     ],
 )
+@pytest.mark.filterwarnings("ignore:The use of `x.T` on tensors:UserWarning")  # the mistake itself
 def test_pairwise_dot_names_each_mistake(candidate, phrase):
     fails_with(check_pairwise_dot, candidate, "Likely cause", phrase)
 
