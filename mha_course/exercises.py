@@ -67,6 +67,11 @@ _TABLE = [
     ("06", "attention_flops", checks.check_attention_flops),
     ("06", "scores_memory", checks.check_scores_memory),
     ("06", "attention_in_blocks", checks.check_attention_in_blocks),
+    ("07", "DecoderBlock", checks.check_decoder_block),
+    ("07", "CharLM", checks.check_char_lm),
+    ("07", "sample_next", checks.check_sample_next),
+    ("07", "CachedAttention", checks.check_cached_attention),
+    ("07", "DecoderLayer", checks.check_decoder_layer),
 ]
 
 EXERCISES: list[Exercise] = [

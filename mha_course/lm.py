@@ -30,8 +30,15 @@ class DecoderLM(nn.Module):
     LayerNorm and the output head (tied to the token embedding unless ``tie_weights=False``).
 
     ``forward(ids (B, T), cache=None)`` -> logits (B, T, vocab_size): row t scores the token
-    that follows ids[:, :t + 1]. ``max_len`` is the longest sequence (learned positions).
+    that follows ids[:, :t + 1]. ``max_len`` is the longest sequence.
+
+    ``positions`` says how the model knows where a token is: ``"learned"`` (GPT-2: a learned
+    vector per position, added to the token embedding) or ``"none"`` (no position vector at the
+    input: for schemes that act inside attention instead, lesson 08). :meth:`_embed` is where
+    the input's positions are added.
     """
+
+    POSITIONS = ("learned", "none")
 
     def __init__(
         self,
@@ -46,10 +53,14 @@ class DecoderLM(nn.Module):
         layer_norm_eps: float = 1e-5,
         tie_weights: bool = True,
         bias: bool = True,
+        positions: str = "learned",
         device=None,
         dtype=None,
     ) -> None:
         super().__init__()
+        if positions not in self.POSITIONS:
+            known = ", ".join(repr(p) for p in self.POSITIONS)
+            raise ValueError(f"positions must be one of {known}, got {positions!r}")
         for name, value in (
             ("vocab_size", vocab_size),
             ("num_layers", num_layers),
@@ -59,7 +70,10 @@ class DecoderLM(nn.Module):
         require_probability("dropout", dropout)
         factory = {"device": device, "dtype": dtype}
         self.token_embedding = nn.Embedding(vocab_size, d_model, **factory)
-        self.position_embedding = nn.Embedding(max_len, d_model, **factory)
+        self.positions = positions
+        self.position_embedding = (
+            nn.Embedding(max_len, d_model, **factory) if positions == "learned" else None
+        )
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             EncoderLayer(
@@ -110,8 +124,7 @@ class DecoderLM(nn.Module):
                 f"ids has {T} tokens (shape {shape_str(ids.shape)}), more than max_len = "
                 f"{self.max_len} positions"
             )
-        positions = torch.arange(start, start + T, device=ids.device)  # they continue the cache's
-        x = self.dropout(self.token_embedding(ids) + self.position_embedding(positions))
+        x = self.dropout(self._embed(ids, start))
         mask = masks.causal_over_cache(T, start + T, x.dtype, x.device)
         for index, block in enumerate(self.blocks):
             layer_cache = None if cache is None else cache.layer(index)
@@ -119,6 +132,16 @@ class DecoderLM(nn.Module):
         if cache is not None:
             cache.advance(T)
         return self.head(self.norm(x))  # (B, T, vocab_size)
+
+    def _embed(self, ids: Tensor, start: int) -> Tensor:
+        """The tokens' embeddings (B, T, E), with their positions start .. start + T - 1 (they
+        continue the cache's) added when the model learns them."""
+        x = self.token_embedding(ids)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(
+                torch.arange(start, start + ids.size(1), device=ids.device)
+            )
+        return x
 
     def _check_ids(self, ids) -> tuple[int, int]:
         if not isinstance(ids, Tensor):
