@@ -7,12 +7,17 @@ The public pieces, in the order the lessons build them:
 * :class:`LayerNorm`, :class:`PositionalEncoding` (lesson 03)
 * :class:`EncoderLayer`, :class:`Encoder` (lesson 04)
 * :mod:`mha_course.pretrained` (lesson 05), :mod:`mha_course.bench` (lesson 06)
+* :class:`DecoderLayer`, :class:`Decoder`, :class:`DecoderLM`, :func:`generate` (lesson 07)
 * :mod:`mha_course.checks`: the exercise checkers
 """
 
 from .attention import scaled_dot_product_attention
+from .cache import KVCache
+from .decoder import Decoder, DecoderLayer
 from .encoder import Encoder, EncoderLayer
+from .generation import generate, sample_next
 from .layernorm import LayerNorm
+from .lm import DecoderLM
 from .multihead import MultiHeadAttention
 from .positional import PositionalEncoding, positional_encoding
 from .utils import get_device, seed_everything
@@ -27,6 +32,12 @@ __all__ = [
     "positional_encoding",
     "EncoderLayer",
     "Encoder",
+    "DecoderLayer",
+    "Decoder",
+    "DecoderLM",
+    "KVCache",
+    "generate",
+    "sample_next",
     "get_device",
     "seed_everything",
     "__version__",

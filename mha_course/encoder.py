@@ -150,23 +150,26 @@ class EncoderLayer(nn.Module):
         return (x, weights) if need_weights else x
 
     def _forward(
-        self, x: torch.Tensor, mask: masks.AttentionMask, need_weights: bool
+        self, x: torch.Tensor, mask: masks.AttentionMask, need_weights: bool, cache=None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The layer without its checks: x batched in the layer's layout, a canonical mask."""
+        """The layer without its checks: x batched in the layer's layout, a canonical mask, and
+        for generation the cache of this layer's keys and values (a decoder-only model's block
+        is this layer with the causal mask)."""
         if self.norm_first:
             # pre-LN: normalise each sub-layer's input, keep the residual path clean
-            attended, weights = self._sa_block(self.norm1(x), mask, need_weights)
+            attended, weights = self._sa_block(self.norm1(x), mask, need_weights, cache)
             x = x + attended
             x = x + self._ff_block(self.norm2(x))
         else:  # post-LN, the lesson's Steps 2 and 3
-            attended, weights = self._sa_block(x, mask, need_weights)
+            attended, weights = self._sa_block(x, mask, need_weights, cache)
             z = self.norm1(x + attended)  # Step 2: Z = LayerNorm(X' + MultiHead(X'))
             x = self.norm2(z + self._ff_block(z))  # Step 3: LayerNorm(FFN(Z) + Z)
         return x, weights
 
-    def _sa_block(self, x, mask: masks.AttentionMask, need_weights: bool):
-        """Self-attention: queries, keys and values all come from x."""
-        out, weights = self.self_attn._attend(x, x, x, mask, need_weights)
+    def _sa_block(self, x, mask: masks.AttentionMask, need_weights: bool, cache=None):
+        """Self-attention: queries, keys and values all come from x (and, with a cache, from
+        the tokens before x)."""
+        out, weights = self.self_attn._attend(x, x, x, mask, need_weights, cache)
         return self.dropout1(out), weights
 
     def _ff_block(self, x: torch.Tensor) -> torch.Tensor:
@@ -203,23 +206,44 @@ class EncoderLayer(nn.Module):
         return x.squeeze(0 if self.batch_first else 1)
 
     def _check_input(self, src: torch.Tensor) -> None:
-        require_floating("src", src)
-        if src.dim() not in (2, 3):
-            layout = "(B, L, d_model)" if self.batch_first else "(L, B, d_model)"
-            raise ValueError(
-                f"src must be 3-D {layout} or 2-D (L, d_model), got shape {shape_str(src.shape)}"
-            )
-        if src.size(-1) != self.d_model:
-            raise ValueError(
-                f"src has {src.size(-1)} features in its last dim (shape {shape_str(src.shape)}), "
-                f"expected d_model = {self.d_model}"
-            )
-        dtype = self.linear1.weight.dtype
-        if src.dtype != dtype:
-            raise ValueError(
-                f"src has dtype {src.dtype} but the layer's parameters are {dtype}; convert the "
-                f"input or the layer (e.g. layer.to({src.dtype}))"
-            )
+        check_sequence("src", src, self.d_model, self.batch_first, self.linear1.weight.dtype)
+
+
+def check_sequence(name: str, x, d_model: int, batch_first: bool, dtype: torch.dtype) -> None:
+    """A layer's input: floating, 3-D (batched in the layer's layout) or 2-D (one sequence),
+    ``d_model`` features, the layer's parameters' dtype."""
+    require_floating(name, x)
+    if x.dim() not in (2, 3):
+        layout = "(B, L, d_model)" if batch_first else "(L, B, d_model)"
+        raise ValueError(
+            f"{name} must be 3-D {layout} or 2-D (L, d_model), got shape {shape_str(x.shape)}"
+        )
+    if x.size(-1) != d_model:
+        raise ValueError(
+            f"{name} has {x.size(-1)} features in its last dim (shape {shape_str(x.shape)}), "
+            f"expected d_model = {d_model}"
+        )
+    if x.dtype != dtype:
+        raise ValueError(
+            f"{name} has dtype {x.dtype} but the layer's parameters are {dtype}; convert the "
+            f"input or the layer (e.g. layer.to({x.dtype}))"
+        )
+
+
+def copy_norm(norm: nn.Module | None) -> nn.Module | None:
+    """A stack's final norm, copied: a torch.nn.LayerNorm becomes the package's own LayerNorm
+    (same parameters, eps and flags), anything else a deep copy."""
+    if isinstance(norm, nn.LayerNorm):
+        weight = norm.weight
+        return LayerNorm(
+            norm.normalized_shape,
+            eps=norm.eps,
+            elementwise_affine=norm.elementwise_affine,
+            bias=norm.bias is not None,
+            device=getattr(weight, "device", None),
+            dtype=getattr(weight, "dtype", None),
+        )
+    return None if norm is None else copy.deepcopy(norm)
 
 
 class Encoder(nn.Module):
@@ -247,19 +271,7 @@ class Encoder(nn.Module):
             raise TypeError(
                 f"encoder must be a torch.nn.TransformerEncoder, got {type(encoder).__name__}"
             )
-        norm = encoder.norm
-        if isinstance(norm, nn.LayerNorm):  # the package's own LayerNorm, same parameters
-            weight = norm.weight
-            norm = LayerNorm(
-                norm.normalized_shape,
-                eps=norm.eps,
-                elementwise_affine=norm.elementwise_affine,
-                bias=norm.bias is not None,
-                device=getattr(weight, "device", None),
-                dtype=getattr(weight, "dtype", None),
-            )
-        elif norm is not None:
-            norm = copy.deepcopy(norm)
+        norm = copy_norm(encoder.norm)
         ours = cls(EncoderLayer.from_torch(encoder.layers[0]), encoder.num_layers, norm=norm)
         ours.load_state_dict(encoder.state_dict())
         return ours.train(encoder.training)

@@ -65,6 +65,11 @@ _TABLE = [
     ("05", "head_ablation", checks.check_head_ablation),
     ("06", "attention_cost", checks.check_attention_cost),
     ("06", "attention_in_blocks", checks.check_attention_in_blocks),
+    ("07", "DecoderBlock", checks.check_decoder_block),
+    ("07", "CharLM", checks.check_char_lm),
+    ("07", "sample_next", checks.check_sample_next),
+    ("07", "CachedAttention", checks.check_cached_attention),
+    ("07", "DecoderLayer", checks.check_decoder_layer),
 ]
 
 EXERCISES: list[Exercise] = [

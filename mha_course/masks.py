@@ -37,6 +37,7 @@ __all__ = [
     "AttentionMask",
     "NO_MASK",
     "causal_mask",
+    "causal_over_cache",
     "padding_mask",
     "other_convention",
     "nothing_to_attend",
@@ -74,10 +75,12 @@ NO_MASK = AttentionMask()
 # --------------------------------------------------------------------------- building masks
 
 
-def causal_mask(L: int, S: int, device=None) -> Tensor:
-    """Bool (L, S), True where query i may attend to key j: j <= i (top-left aligned, as the
-    ``is_causal`` of torch's SDPA). Every query may attend at least to key 0."""
-    return torch.ones(L, S, dtype=torch.bool, device=device).tril()
+def causal_mask(L: int, S: int, device=None, *, offset: int = 0) -> Tensor:
+    """Bool (L, S), True where query i may attend to key j: j <= i + offset. With ``offset=0``
+    top-left aligned, as the ``is_causal`` of torch's SDPA; with ``offset = S - L`` the queries
+    are the last L of S positions (bottom-right aligned: new tokens over a KV cache, where a new
+    query sees every cached key). Every query may attend at least to key 0."""
+    return torch.ones(L, S, dtype=torch.bool, device=device).tril(offset)
 
 
 def padding_mask(lengths: Tensor, S: int) -> Tensor:
@@ -153,6 +156,17 @@ def canonical(
     empty = nothing_to_attend(bias)  # (..., L or 1, 1)
     causal = is_causal and key_padding_mask is None
     return AttentionMask(bias.masked_fill(empty, 0.0), empty, causal)
+
+
+def causal_over_cache(L: int, S: int, dtype: torch.dtype, device=None) -> AttentionMask:
+    """The canonical causal mask of L new queries over S keys, the last L of which are the new
+    tokens themselves (S - L are cached): bottom-right aligned. No mask at all for one new token
+    (it sees every key), the kernel's own causal mode when nothing is cached."""
+    if L == S:
+        return canonical(None, None, (L, S), dtype, masked_out=False, is_causal=True, device=device)
+    if L == 1:
+        return NO_MASK
+    return AttentionMask(_bias(causal_mask(L, S, device, offset=S - L), False, dtype))
 
 
 def from_may_attend(

@@ -197,12 +197,17 @@ class MultiHeadAttention(nn.Module):
         return output, weights
 
     def _attend(
-        self, query, key, value, mask: masks.AttentionMask, need_weights: bool
+        self, query, key, value, mask: masks.AttentionMask, need_weights: bool, cache=None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The layer without its checks: inputs (B, L|S, E) (or (L|S, B, E) when not batch
-        first), a canonical mask, and back ``(output, weights (B, H, L, S) or None)``."""
+        first), a canonical mask, and back ``(output, weights (B, H, L, S) or None)``.
+
+        ``cache`` (a :class:`~mha_course.cache.LayerCache`, for generation): the new keys and
+        values are appended to the earlier tokens' and the queries attend over all of them."""
         # (B, H, L|S, D) each; the fused kernel reads views, the written-out attention wants copies
         q, k, v = self._project(query, key, value, contiguous=need_weights)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, H, S_cached + S, D) each
         dropout_p = self.dropout if self.training else 0.0
         if need_weights:
             heads, weights = _attention_with_weights(q, k, v, mask, dropout_p)

@@ -344,9 +344,9 @@ def test_encoder_checks_and_converts_the_masks_once_for_all_its_layers(monkeypat
         calls.append(args)
         return canonical(*args, **kwargs)
 
-    def attend_spy(self, query, key, value, mask, need_weights):
+    def attend_spy(self, query, key, value, mask, need_weights, cache=None):
         seen.append(mask)
-        return attend(self, query, key, value, mask, need_weights)
+        return attend(self, query, key, value, mask, need_weights, cache)
 
     monkeypatch.setattr(masks, "canonical", spy)
     monkeypatch.setattr(MultiHeadAttention, "_attend", attend_spy)

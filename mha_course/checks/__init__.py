@@ -7,6 +7,8 @@ from ._failure import ExerciseFailure, NotDoneYet
 from .ablation import check_head_ablation
 from .attention import check_scaled_dot_product_attention, check_self_attention, check_softmax
 from .costs import check_attention_cost, check_attention_flops, check_scores_memory
+from .cross_attention import check_decoder_layer
+from .decoder import check_char_lm, check_decoder_block
 from .encoder import check_encoder_layer
 from .encoder_model import check_encoder_model
 from .encoder_outputs import (
@@ -19,9 +21,11 @@ from .fast import check_attention_in_blocks
 from .gradients import check_gradient_norms
 from .head_jobs import check_job_scores
 from .heads import check_merge_heads, check_split_heads
+from .kv_cache import check_cached_attention
 from .layers import check_layer_norm, check_positional_encoding
 from .multihead import check_load_torch_weights, check_multi_head_attention
 from .pretrained import check_load_layer, check_weight_map
+from .sampling import check_sample_next
 from .scores_and_masks import (
     check_attention_scores,
     check_causal_mask,
@@ -78,4 +82,10 @@ __all__ = [
     "check_attention_flops",
     "check_scores_memory",
     "check_attention_in_blocks",
+    # lesson 07
+    "check_decoder_block",
+    "check_char_lm",
+    "check_sample_next",
+    "check_cached_attention",
+    "check_decoder_layer",
 ]

@@ -1,0 +1,130 @@
+"""Generating text with a decoder-only model: sampling the next token, and the loop around it.
+
+    logits of the last position (B, V) -> ÷ temperature -> keep the top k -> softmax -> draw
+
+* ``temperature`` divides the logits *before* the softmax: below 1 it sharpens the distribution
+  towards the likeliest tokens, above 1 it flattens it;
+* ``top_k`` keeps exactly the k highest logits (the rest get probability 0); ``top_k=1`` is
+  greedy decoding, the single likeliest token every time;
+* ``generator`` (a ``torch.Generator``) makes the draws reproducible.
+
+:func:`generate` runs the loop with or without the KV cache; both give the same tokens.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+from torch import Tensor
+
+from ._validate import require_positive_int, shape_str
+
+__all__ = ["sample_next", "generate"]
+
+
+def sample_next(
+    logits: Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """One token per row of ``logits`` (B, V): ids (B, 1)."""
+    _check_sampling(temperature, top_k, logits.size(-1))
+    if top_k == 1:  # greedy: no randomness at all
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:  # exactly k survive, ties or not: scatter the top k into -inf
+        top = torch.topk(logits, top_k, dim=-1)
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, top.indices, top.values)
+    probs = torch.softmax(logits.float(), dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator)
+
+
+@torch.no_grad()
+def generate(
+    model,
+    ids: Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """The prompt ``ids`` (B, T) followed by ``max_new_tokens`` generated tokens: (B, T + max_new_tokens).
+
+    ``model`` is a :class:`~mha_course.DecoderLM` (or any module with its ``forward(ids,
+    cache=None)``, ``new_cache(batch_size)``, ``vocab_size`` and ``max_len``). With
+    ``use_cache=True`` the prompt runs once and then each step feeds only the new token; without,
+    each step runs the whole sequence again. The model runs in eval mode (dropout off) and is
+    put back in its mode afterwards.
+    """
+    _check_prompt(model, ids, max_new_tokens)
+    _check_sampling(temperature, top_k, model.vocab_size)
+    was_training = model.training
+    model.eval()
+    try:
+        cache = model.new_cache(ids.size(0)) if use_cache else None
+        tokens = [ids]
+        logits = model(ids, cache=cache)[:, -1]  # (B, V): the prompt, once
+        for step in range(max_new_tokens):
+            next_id = sample_next(logits, temperature, top_k, generator)  # (B, 1)
+            tokens.append(next_id)
+            if step == max_new_tokens - 1:
+                break
+            if use_cache:  # only the new token: its keys and values join the cache
+                logits = model(next_id, cache=cache)[:, -1]
+            else:  # the whole sequence again
+                logits = model(torch.cat(tokens, dim=1))[:, -1]
+    finally:
+        model.train(was_training)
+    return torch.cat(tokens, dim=1)
+
+
+def _check_sampling(temperature, top_k, vocab_size: int) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
+        raise TypeError(
+            f"temperature must be a float, got {type(temperature).__name__} {temperature!r}"
+        )
+    if not temperature > 0:  # also rules out NaN
+        raise ValueError(
+            f"temperature must be > 0, got {temperature}; for greedy decoding use top_k=1"
+        )
+    if top_k is not None:
+        require_positive_int("top_k", top_k)
+        if top_k > vocab_size:
+            raise ValueError(
+                f"top_k = {top_k} is larger than the vocabulary ({vocab_size} tokens); use "
+                f"top_k=None to keep every token"
+            )
+
+
+def _check_prompt(model, ids, max_new_tokens) -> None:
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"ids must be a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.dim() != 2 or ids.size(1) == 0:
+        hint = " (one prompt: ids.unsqueeze(0))" if ids.dim() == 1 and ids.numel() else ""
+        raise ValueError(
+            f"ids must be a non-empty prompt of shape (B, T) with T >= 1, got shape "
+            f"{shape_str(ids.shape)}{hint}"
+        )
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise TypeError(f"max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    T = ids.size(1)
+    if T > model.max_len:
+        raise ValueError(
+            f"the prompt has {T} tokens, longer than the model's max_len = {model.max_len}"
+        )
+    if T + max_new_tokens > model.max_len:
+        raise ValueError(
+            f"the prompt's {T} tokens + max_new_tokens = {max_new_tokens} make {T + max_new_tokens}, "
+            f"more than the model's max_len = {model.max_len} positions; ask for at most "
+            f"{model.max_len - T} new tokens"
+        )
+    low, high = int(ids.min()), int(ids.max())  # once per call, not per step
+    if low < 0 or high >= model.vocab_size:
+        raise ValueError(
+            f"ids must be token ids in [0, {model.vocab_size}), got values from {low} to {high}"
+        )

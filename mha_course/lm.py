@@ -1,0 +1,164 @@
+"""A decoder-only language model (GPT-style), built from the course's own layers.
+
+    ids (B, T) -> token embedding + position embedding -> N blocks -> LayerNorm -> logits (B, T, V)
+
+Each block is the encoder layer of lesson 04 in its pre-LN form (``EncoderLayer(...,
+norm_first=True)``) with the **causal** mask: token t attends to tokens 0..t only, so the model
+can be trained to predict every next token of a text at once, and generate one token at a time.
+With a :class:`~mha_course.cache.KVCache`, a forward over new tokens attends over the keys and
+values cached from the tokens before them (their positions continue where the cache stopped).
+
+Shapes: B batch, T tokens, V vocabulary, E = d_model.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from . import masks
+from ._validate import require_positive_int, require_probability, shape_str
+from .cache import KVCache
+from .encoder import EncoderLayer
+from .layernorm import LayerNorm
+
+__all__ = ["DecoderLM"]
+
+
+class DecoderLM(nn.Module):
+    """Token and learned position embeddings, ``num_layers`` causal pre-LN blocks, a final
+    LayerNorm and the output head (tied to the token embedding unless ``tie_weights=False``).
+
+    ``forward(ids (B, T), cache=None)`` -> logits (B, T, vocab_size): row t scores the token
+    that follows ids[:, :t + 1]. ``max_len`` is the longest sequence.
+
+    ``positions`` says how the model knows where a token is: ``"learned"`` (GPT-2: a learned
+    vector per position, added to the token embedding) or ``"none"`` (no position vector at the
+    input: for schemes that act inside attention instead, lesson 08). :meth:`_embed` is where
+    the input's positions are added.
+    """
+
+    POSITIONS = ("learned", "none")
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        nhead: int,
+        num_layers: int,
+        dim_feedforward: int,
+        max_len: int,
+        dropout: float = 0.0,
+        activation: str = "gelu",
+        layer_norm_eps: float = 1e-5,
+        tie_weights: bool = True,
+        bias: bool = True,
+        positions: str = "learned",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        if positions not in self.POSITIONS:
+            known = ", ".join(repr(p) for p in self.POSITIONS)
+            raise ValueError(f"positions must be one of {known}, got {positions!r}")
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("num_layers", num_layers),
+            ("max_len", max_len),
+        ):
+            require_positive_int(name, value)
+        require_probability("dropout", dropout)
+        factory = {"device": device, "dtype": dtype}
+        self.token_embedding = nn.Embedding(vocab_size, d_model, **factory)
+        self.positions = positions
+        self.position_embedding = (
+            nn.Embedding(max_len, d_model, **factory) if positions == "learned" else None
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            EncoderLayer(
+                d_model,
+                nhead,
+                dim_feedforward,
+                dropout,
+                activation,
+                layer_norm_eps,
+                batch_first=True,
+                norm_first=True,
+                bias=bias,
+                **factory,
+            )
+            for _ in range(num_layers)
+        )
+        self.norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.head = nn.Linear(d_model, vocab_size, bias=False, **factory)
+        if tie_weights:  # the same matrix reads a token in and scores it out
+            self.head.weight = self.token_embedding.weight
+        self.vocab_size, self.d_model, self.max_len = vocab_size, d_model, max_len
+        self.num_heads = nhead
+        self.apply(_init_weights)
+
+    def new_cache(self, batch_size: int) -> KVCache:
+        """An empty KV cache for ``batch_size`` sequences of up to ``max_len`` tokens."""
+        weight = self.token_embedding.weight
+        return KVCache(
+            len(self.blocks),
+            batch_size,
+            self.num_heads,
+            self.d_model // self.num_heads,
+            self.max_len,
+            dtype=weight.dtype,
+            device=weight.device,
+        )
+
+    def forward(self, ids: Tensor, cache: KVCache | None = None) -> Tensor:
+        """Logits (B, T, vocab_size) for token ids (B, T). With ``cache``: ids are the tokens that
+        follow the cached ones; they attend over those too, and are cached in turn."""
+        B, T = self._check_ids(ids)
+        start = 0
+        if cache is not None:
+            cache.require_room(B, T)
+            start = cache.length
+        elif T > self.max_len:
+            raise ValueError(
+                f"ids has {T} tokens (shape {shape_str(ids.shape)}), more than max_len = "
+                f"{self.max_len} positions"
+            )
+        x = self.dropout(self._embed(ids, start))
+        mask = masks.causal_over_cache(T, start + T, x.dtype, x.device)
+        for index, block in enumerate(self.blocks):
+            layer_cache = None if cache is None else cache.layer(index)
+            x, _ = block._forward(x, mask, False, layer_cache)
+        if cache is not None:
+            cache.advance(T)
+        return self.head(self.norm(x))  # (B, T, vocab_size)
+
+    def _embed(self, ids: Tensor, start: int) -> Tensor:
+        """The tokens' embeddings (B, T, E), with their positions start .. start + T - 1 (they
+        continue the cache's) added when the model learns them."""
+        x = self.token_embedding(ids)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(
+                torch.arange(start, start + ids.size(1), device=ids.device)
+            )
+        return x
+
+    def _check_ids(self, ids) -> tuple[int, int]:
+        if not isinstance(ids, Tensor):
+            raise TypeError(f"ids must be a torch.Tensor of token ids, got {type(ids).__name__}")
+        if ids.dtype not in (torch.long, torch.int):
+            raise ValueError(f"ids must hold integer token ids (torch.long), got dtype {ids.dtype}")
+        if ids.dim() != 2:
+            hint = " (one sequence: ids.unsqueeze(0))" if ids.dim() == 1 else ""
+            raise ValueError(f"ids must be 2-D (B, T), got shape {shape_str(ids.shape)}{hint}")
+        if ids.size(1) == 0:
+            raise ValueError(f"ids has no tokens (shape {shape_str(ids.shape)}): T must be >= 1")
+        return ids.size(0), ids.size(1)
+
+
+def _init_weights(module: nn.Module) -> None:
+    """GPT-2's initialisation: small normal weights (std 0.02), zero biases."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
