@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ._validate import require_positive_int
 
-__all__ = ["alibi_slopes", "alibi_bias"]
+__all__ = ["alibi_slopes", "alibi_bias", "bias_from_slopes"]
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
@@ -51,7 +51,17 @@ def alibi_bias(
     head h (0 on the diagonal, more negative the further back the key)."""
     require_positive_int("L", L)
     require_positive_int("S", S)
-    queries = torch.arange(L, dtype=torch.float64, device=device)[:, None] + offset
-    keys = torch.arange(S, dtype=torch.float64, device=device)[None, :]
-    slopes = alibi_slopes(num_heads).to(device)[:, None, None]  # (H, 1, 1)
-    return (-slopes * (queries - keys)).to(dtype)  # (H, L, S)
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int, got {type(offset).__name__} {offset!r}")
+    slopes = alibi_slopes(num_heads).to(device=device, dtype=dtype)
+    return bias_from_slopes(slopes, L, S, offset=offset)
+
+
+def bias_from_slopes(slopes: Tensor, L: int, S: int, *, offset: int = 0) -> Tensor:
+    """:func:`alibi_bias` from the slopes (H,), already on their device and in their dtype: what a
+    model's forward calls, with the slopes kept in a buffer (no copy from the host per call)."""
+    exact = torch.promote_types(slopes.dtype, torch.float32)  # float16 rounds distances > 2048
+    queries = torch.arange(L, device=slopes.device)[:, None] + offset  # (L, 1)
+    keys = torch.arange(S, device=slopes.device)[None, :]  # (1, S)
+    distance = (queries - keys).to(exact)  # (L, S): i - j
+    return (-slopes.to(exact)[:, None, None] * distance).to(slopes.dtype)  # (H, L, S)

@@ -67,6 +67,11 @@ _TABLE = [
     ("06", "attention_flops", checks.check_attention_flops),
     ("06", "scores_memory", checks.check_scores_memory),
     ("06", "attention_in_blocks", checks.check_attention_in_blocks),
+    ("08", "rotary", checks.check_rotary),
+    ("08", "rope_attention", checks.check_rope_attention),
+    ("08", "alibi_bias", checks.check_alibi_bias),
+    ("08", "grouped_query_attention", checks.check_grouped_query_attention),
+    ("08", "sliding_window_attention", checks.check_sliding_window_attention),
 ]
 
 EXERCISES: list[Exercise] = [

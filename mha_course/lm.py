@@ -8,6 +8,13 @@ can be trained to predict every next token of a text at once, and generate one t
 With a :class:`~mha_course.cache.KVCache`, a forward over new tokens attends over the keys and
 values cached from the tokens before them (their positions continue where the cache stopped).
 
+Lesson 08's options make it a model of today's kind, each changing the attention only:
+``positions="rope"`` rotates queries and keys by position instead of adding position embeddings,
+``positions="alibi"`` adds ALiBi's linear bias to the scores instead, ``num_kv_heads`` shares key/value
+heads between query heads (grouped-query attention; 1 is multi-query), ``window`` limits each token
+to the last ``window`` tokens (sliding-window attention). With any of them, the blocks' attention is
+a :class:`~mha_course.modern.GroupedQueryAttention`.
+
 Shapes: B batch, T tokens, V vocabulary, E = d_model.
 """
 
@@ -18,9 +25,11 @@ from torch import Tensor, nn
 
 from . import masks
 from ._validate import require_positive_int, require_probability, shape_str
+from .alibi import alibi_slopes
 from .cache import KVCache
 from .encoder import EncoderLayer
 from .layernorm import LayerNorm
+from .modern import GroupedQueryAttention, decoder_mask, require_kv_heads
 
 __all__ = ["DecoderLM"]
 
@@ -30,7 +39,12 @@ class DecoderLM(nn.Module):
     LayerNorm and the output head (tied to the token embedding unless ``tie_weights=False``).
 
     ``forward(ids (B, T), cache=None)`` -> logits (B, T, vocab_size): row t scores the token
-    that follows ids[:, :t + 1]. ``max_len`` is the longest sequence (learned positions).
+    that follows ids[:, :t + 1]. ``max_len`` is the longest sequence (and the cache's length).
+
+    Lesson 08: ``positions`` is ``"learned"`` (an embedding per position, added to the tokens'),
+    ``"rope"`` (queries and keys rotated by position, base ``rope_base``) or ``"alibi"`` (a linear
+    bias on the scores); ``num_kv_heads`` (a divisor of ``nhead``) key/value heads shared by the
+    query heads; ``window`` (>= 1) the most tokens each token attends to, itself included.
     """
 
     def __init__(
@@ -48,6 +62,11 @@ class DecoderLM(nn.Module):
         bias: bool = True,
         device=None,
         dtype=None,
+        *,
+        positions: str = "learned",
+        num_kv_heads: int | None = None,
+        window: int | None = None,
+        rope_base: float = 10000.0,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -57,9 +76,12 @@ class DecoderLM(nn.Module):
         ):
             require_positive_int(name, value)
         require_probability("dropout", dropout)
+        _check_modern(positions, nhead, num_kv_heads, window)
         factory = {"device": device, "dtype": dtype}
         self.token_embedding = nn.Embedding(vocab_size, d_model, **factory)
-        self.position_embedding = nn.Embedding(max_len, d_model, **factory)
+        self.position_embedding = (
+            nn.Embedding(max_len, d_model, **factory) if positions == "learned" else None
+        )
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
             EncoderLayer(
@@ -76,6 +98,23 @@ class DecoderLM(nn.Module):
             )
             for _ in range(num_layers)
         )
+        self.positions, self.window = positions, window
+        self.num_kv_heads = nhead if num_kv_heads is None else num_kv_heads
+        if positions != "learned" or self.num_kv_heads != nhead or window is not None:
+            for block in self.blocks:  # lesson 08: the same block, today's attention
+                block.self_attn = GroupedQueryAttention(
+                    d_model,
+                    nhead,
+                    self.num_kv_heads,
+                    rope_base=rope_base if positions == "rope" else None,
+                    dropout=dropout,
+                    bias=bias,
+                    **factory,
+                )
+        slopes = None  # ALiBi's slope of each head, kept on the model's device
+        if positions == "alibi":
+            slopes = alibi_slopes(nhead).to(device=device, dtype=dtype or torch.float32)
+        self.register_buffer("alibi_slopes", slopes, persistent=False)
         self.norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
         self.head = nn.Linear(d_model, vocab_size, bias=False, **factory)
         if tie_weights:  # the same matrix reads a token in and scores it out
@@ -90,7 +129,7 @@ class DecoderLM(nn.Module):
         return KVCache(
             len(self.blocks),
             batch_size,
-            self.num_heads,
+            self.num_kv_heads,
             self.d_model // self.num_heads,
             self.max_len,
             dtype=weight.dtype,
@@ -110,15 +149,26 @@ class DecoderLM(nn.Module):
                 f"ids has {T} tokens (shape {shape_str(ids.shape)}), more than max_len = "
                 f"{self.max_len} positions"
             )
-        positions = torch.arange(start, start + T, device=ids.device)  # they continue the cache's
-        x = self.dropout(self.token_embedding(ids) + self.position_embedding(positions))
-        mask = masks.causal_over_cache(T, start + T, x.dtype, x.device)
+        x = self.token_embedding(ids)
+        if self.position_embedding is not None:
+            positions = torch.arange(start, start + T, device=ids.device)  # continue the cache's
+            x = x + self.position_embedding(positions)
+        x = self.dropout(x)
+        mask = self._mask(T, start + T, x)
         for index, block in enumerate(self.blocks):
             layer_cache = None if cache is None else cache.layer(index)
             x, _ = block._forward(x, mask, False, layer_cache)
         if cache is not None:
             cache.advance(T)
         return self.head(self.norm(x))  # (B, T, vocab_size)
+
+    def _mask(self, T: int, S: int, x: Tensor) -> masks.AttentionMask:
+        """The canonical mask of T new tokens over S keys, shared by every block."""
+        if self.window is None and self.alibi_slopes is None:
+            return masks.causal_over_cache(T, S, x.dtype, x.device)
+        return decoder_mask(
+            T, S, x.dtype, x.device, window=self.window, alibi_slopes=self.alibi_slopes
+        )
 
     def _check_ids(self, ids) -> tuple[int, int]:
         if not isinstance(ids, Tensor):
@@ -131,6 +181,25 @@ class DecoderLM(nn.Module):
         if ids.size(1) == 0:
             raise ValueError(f"ids has no tokens (shape {shape_str(ids.shape)}): T must be >= 1")
         return ids.size(0), ids.size(1)
+
+
+POSITIONS = ("learned", "rope", "alibi")
+
+
+def _check_modern(positions, nhead, num_kv_heads, window) -> None:
+    if positions not in POSITIONS:
+        known = ", ".join(repr(p) for p in POSITIONS)
+        raise ValueError(f"positions must be one of {known}, got {positions!r}")
+    if num_kv_heads is not None:
+        require_positive_int("nhead", nhead)
+        require_kv_heads(nhead, num_kv_heads)
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise TypeError(
+                f"window must be an int or None, got {type(window).__name__} {window!r}"
+            )
+        if window < 1:
+            raise ValueError(f"window must be >= 1 (each token sees at least itself), got {window}")
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -12,8 +12,10 @@ from .encoder_parts import check_encoder_stack, check_feed_forward
 from .fast import check_attention_in_blocks
 from .heads import check_merge_heads, check_split_heads
 from .layers import check_layer_norm, check_positional_encoding
+from .modern_attention import check_grouped_query_attention, check_sliding_window_attention
 from .multihead import check_multi_head_attention
 from .pretrained import check_load_layer, check_weight_map
+from .relative_positions import check_alibi_bias, check_rope_attention, check_rotary
 from .scores_and_masks import check_attention_scores, check_causal_mask, check_padding_mask
 from .sublayers import check_post_ln_sublayer, check_pre_ln_sublayer
 from .warmups import check_pairwise_dot, check_weighted_average
@@ -52,4 +54,10 @@ __all__ = [
     "check_attention_flops",
     "check_scores_memory",
     "check_attention_in_blocks",
+    # lesson 08
+    "check_rotary",
+    "check_rope_attention",
+    "check_alibi_bias",
+    "check_grouped_query_attention",
+    "check_sliding_window_attention",
 ]

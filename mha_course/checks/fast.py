@@ -208,6 +208,13 @@ class _Shapes(TorchFunctionMode):
         return out
 
 
+def builds(candidate, case: str, args, last_two: tuple[int, int], crash_hint: str) -> bool:
+    """Whether ``candidate(*args)`` makes a tensor whose last two dims are ``last_two``."""
+    with _Shapes() as seen:
+        call_candidate(candidate, case, *args, crash_hint=crash_hint)
+    return any(shape[-2:] == last_two for shape in seen.shapes)
+
+
 _OVERFLOW = (
     "inf or NaN in the output: an exp overflowed. Subtract the running max before exp: "
     "p = exp(s - m_new), rescale = exp(m - m_new), with m_new = torch.maximum(m, block max)."
@@ -259,9 +266,7 @@ def check_attention_in_blocks(candidate) -> int:
     case = "memory: q (2, 5, 8), k and v (2, 12, 8), block_size 4; no (..., 5, 12) score matrix"
     g = torch.Generator().manual_seed(7)
     q, k, v = (torch.randn(2, L, 8, generator=g, dtype=torch.float64) for L in (5, 12, 12))
-    with _Shapes() as seen:
-        call_candidate(candidate, case, q, k, v, 4, crash_hint=_CRASH_HINT)
-    if any(shape[-2:] == (5, 12) for shape in seen.shapes):
+    if builds(candidate, case, (q, k, v, 4), (5, 12), _CRASH_HINT):
         raise ExerciseFailure(
             f"Case {case!r}: your function builds the full (..., L, S) = (..., 5, 12) score matrix.\n"
             "Likely cause: the scores of all the keys are computed at once. The point of the "
