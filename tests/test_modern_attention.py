@@ -210,3 +210,97 @@ def test_gqa_bad_arguments():
         scaled_dot_product_attention(
             torch.randn(3, 8), torch.randn(5, 8), torch.randn(5, 8), enable_gqa=True
         )
+
+
+# ---------------------------------------------------------------- score_mod / mask_mod
+
+
+def flex(*args, **kwargs):
+    """torch's flex_attention, uncompiled (its reference path), its warning silenced."""
+    import warnings
+
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from mha_course.flex import EAGER_WARNING
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=EAGER_WARNING)
+        return flex_attention(*args, **kwargs)
+
+
+def test_attention_with_mods_equals_torchs_flex_attention():
+    from torch.nn.attention.flex_attention import and_masks, create_block_mask
+
+    from mha_course.flex import attention_with_mods
+
+    g = torch.Generator().manual_seed(0)
+    B, H, H_kv, L = 2, 4, 2, 20
+    q = torch.randn(B, H, L, 8, generator=g, dtype=f64)
+    k, v = (torch.randn(B, H_kv, L, 8, generator=g, dtype=f64) for _ in range(2))
+    lengths = torch.tensor([20, 13])
+    slopes = alibi_slopes(H).to(f64)
+
+    def causal(b, h, i, j):
+        return j <= i
+
+    def window(b, h, i, j):
+        return (j <= i) & (i - j < 5)
+
+    def padding(b, h, i, j):
+        return j < lengths[b]
+
+    def alibi(score, b, h, i, j):
+        return score - slopes[h] * (i - j)
+
+    def per_batch_and_head(score, b, h, i, j):
+        return score * (1.0 + 0.5 * b) + 0.1 * h
+
+    cases = [
+        (None, causal),
+        (None, window),
+        (alibi, causal),
+        (alibi, and_masks(window, padding)),
+        (per_batch_and_head, padding),
+    ]
+    for score_mod, mask_mod in cases:
+        block_mask = create_block_mask(mask_mod, B, H, L, L, device="cpu", BLOCK_SIZE=8)
+        expected = flex(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=True)
+        got = attention_with_mods(q, k, v, score_mod, mask_mod, enable_gqa=True)
+        torch.testing.assert_close(got, expected)
+
+
+def test_attention_with_mods_is_the_package_s_pieces_and_zero_for_an_empty_query():
+    from mha_course.flex import attention_with_mods
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 8, 6, 4, generator=g, dtype=f64) for _ in range(3))
+    slopes = alibi_slopes(8).to(f64)
+    got = attention_with_mods(
+        q, k, v, lambda s, b, h, i, j: s - slopes[h] * (i - j), lambda b, h, i, j: j <= i
+    )
+    bias = alibi_bias(8, 6, 6, dtype=f64).masked_fill(~masks.causal_mask(6, 6), -math.inf)
+    expected = F.softmax(q @ k.mT / 2.0 + bias, dim=-1) @ v
+    torch.testing.assert_close(got, expected)
+    nothing = attention_with_mods(q, k, v, mask_mod=lambda b, h, i, j: (j <= i) & (i > 0))
+    assert torch.equal(nothing[..., 0, :], torch.zeros_like(nothing[..., 0, :]))
+    assert torch.isfinite(nothing).all()
+
+
+def test_attention_with_mods_bad_arguments():
+    from mha_course.flex import attention_with_mods
+
+    with pytest.raises(ValueError, match=r"must be 4-D"):
+        attention_with_mods(torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4))
+    q, k = torch.randn(1, 6, 3, 4), torch.randn(1, 4, 3, 4)
+    with pytest.raises(ValueError, match=r"multiple of the key's: 6 and 4"):
+        attention_with_mods(q, k, k, enable_gqa=True)
+
+
+def test_flex_unavailable_says_why(monkeypatch):
+    import sys
+
+    from mha_course.flex import flex_unavailable
+
+    assert flex_unavailable("cpu") is None  # this torch has it, and it runs on the CPU
+    monkeypatch.setitem(sys.modules, "torch.nn.attention.flex_attention", None)
+    assert "has no torch.nn.attention.flex_attention" in flex_unavailable("cpu")

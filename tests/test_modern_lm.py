@@ -258,3 +258,33 @@ def test_sliding_window_attention_bad_arguments():
         sliding_window_attention(q, q, q, 0)
     with pytest.raises(ValueError, match=r"self-attention"):
         sliding_window_attention(q, torch.randn(5, 8), torch.randn(5, 8), 2)
+
+
+# ---------------------------------------------------------------- on a GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("options", [OPTIONS[1], OPTIONS[4]], ids=[IDS[1], IDS[4]])
+def test_on_the_gpu_no_host_sync_and_torch_compile(gpu, options):
+    """Every lesson-08 option in a forward and a cached step without a host sync, and compiled
+    with the default backend (inductor on CUDA; the eager backend when checking on the CPU)."""
+    from test_gpu import no_host_sync
+
+    torch.manual_seed(0)
+    lm = DecoderLM(V, E, H, 2, 48, 40, **options).to(gpu).eval()
+    ids = torch.randint(0, V, (2, 9), device=gpu)
+    torch.compiler.reset()
+    compiled = torch.compile(
+        lm, fullgraph=True, backend="inductor" if gpu.type == "cuda" else "eager"
+    )
+    with torch.no_grad():
+        expected = lm(ids)
+        compiled(ids)  # compiles
+        cache = lm.new_cache(2)
+        lm(ids[:, :8], cache=cache)  # warm-up of the cached path
+        cache = lm.new_cache(2)
+        with no_host_sync(gpu):
+            got = compiled(ids)
+            steps = [lm(ids[:, :8], cache=cache), lm(ids[:, 8:], cache=cache)]
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, atol=1e-4, rtol=1e-4)
