@@ -9,7 +9,9 @@ The public pieces, in the order the lessons build them:
 * :mod:`mha_course.pretrained` (lesson 05), :mod:`mha_course.bench` (lesson 06)
 * :class:`DecoderLayer`, :class:`Decoder`, :class:`DecoderLM`, :func:`generate` (lesson 07)
 * :class:`RotaryEmbedding`, :func:`alibi_bias`, ``masks.sliding_window_mask``, grouped-query
-  attention (``scaled_dot_product_attention(..., enable_gqa=True)``) (lesson 08)
+  attention (``scaled_dot_product_attention(..., enable_gqa=True)``), ``DecoderLM(...,
+  positions="rope" | "alibi", num_kv_heads=..., window=...)``, :mod:`mha_course.modern` and
+  :mod:`mha_course.flex` (lesson 08)
 * :mod:`mha_course.checks`: the exercise checkers
 """
 

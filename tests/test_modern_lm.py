@@ -142,7 +142,7 @@ def test_the_cache_gives_the_same_logits_with_every_option(options, B, prompt, c
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-10, rtol=1e-10)
 
 
-@pytest.mark.parametrize("options", OPTIONS[:5], ids=IDS[:5])
+@pytest.mark.parametrize("options", [OPTIONS[2], OPTIONS[4]], ids=[IDS[2], IDS[4]])
 def test_generate_gives_the_same_tokens_with_and_without_the_cache(options):
     lm = small_lm(3, **options).float()
     prompt = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(0))
@@ -190,9 +190,8 @@ def test_the_receptive_field_grows_by_window_minus_one_per_layer():
         assert reached == list(range(15 - 2 * layers, 16))
 
 
-@pytest.mark.parametrize("options", [OPTIONS[1], OPTIONS[4]], ids=[IDS[1], IDS[4]])
-def test_torch_compile_fullgraph_traces_the_model_with_lesson_08s_options(options):
-    lm = small_lm(**options).float()
+def test_torch_compile_fullgraph_traces_the_model_with_lesson_08s_options():
+    lm = small_lm(positions="rope", num_kv_heads=2, window=3).float()
     ids = torch.randint(0, V, (2, 7))
     torch.compiler.reset()
     compiled = torch.compile(lm, fullgraph=True, backend="eager")
