@@ -295,7 +295,7 @@ def _window_cases():
 _WINDOW_CRASH = (
     "a shape mix-up. A block of queries q[..., s:e, :] and its keys k[..., first:e, :] give scores "
     "(..., e - s, e - first); the mask of that block must have the same last two dims, with query "
-    "s + a at row a and key first + b at column b."
+    "s + a at row a and key first + b at column b. The last block may be shorter: e is at most L."
 )
 
 
