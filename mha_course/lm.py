@@ -39,13 +39,20 @@ class DecoderLM(nn.Module):
     LayerNorm and the output head (tied to the token embedding unless ``tie_weights=False``).
 
     ``forward(ids (B, T), cache=None)`` -> logits (B, T, vocab_size): row t scores the token
-    that follows ids[:, :t + 1]. ``max_len`` is the longest sequence (and the cache's length).
+    that follows ids[:, :t + 1]. ``max_len`` is the longest sequence.
 
-    Lesson 08: ``positions`` is ``"learned"`` (an embedding per position, added to the tokens'),
-    ``"rope"`` (queries and keys rotated by position, base ``rope_base``) or ``"alibi"`` (a linear
-    bias on the scores); ``num_kv_heads`` (a divisor of ``nhead``) key/value heads shared by the
-    query heads; ``window`` (>= 1) the most tokens each token attends to, itself included.
+    ``positions`` says how the model knows where a token is: ``"learned"`` (GPT-2: a learned
+    vector per position, added to the token embedding) or ``"none"`` (no position vector at the
+    input: for schemes that act inside attention instead, lesson 08). :meth:`_embed` is where
+    the input's positions are added.
+
+    Lesson 08: ``positions`` may also be ``"rope"`` (queries and keys rotated by position, base
+    ``rope_base``) or ``"alibi"`` (a linear bias on the scores); ``num_kv_heads`` (a divisor of
+    ``nhead``) key/value heads shared by the query heads; ``window`` (>= 1) the most tokens each
+    token attends to, itself included.
     """
+
+    POSITIONS = ("learned", "none", "rope", "alibi")
 
     def __init__(
         self,
@@ -60,15 +67,18 @@ class DecoderLM(nn.Module):
         layer_norm_eps: float = 1e-5,
         tie_weights: bool = True,
         bias: bool = True,
+        positions: str = "learned",
         device=None,
         dtype=None,
         *,
-        positions: str = "learned",
         num_kv_heads: int | None = None,
         window: int | None = None,
         rope_base: float = 10000.0,
     ) -> None:
         super().__init__()
+        if positions not in self.POSITIONS:
+            known = ", ".join(repr(p) for p in self.POSITIONS)
+            raise ValueError(f"positions must be one of {known}, got {positions!r}")
         for name, value in (
             ("vocab_size", vocab_size),
             ("num_layers", num_layers),
@@ -76,9 +86,10 @@ class DecoderLM(nn.Module):
         ):
             require_positive_int(name, value)
         require_probability("dropout", dropout)
-        _check_modern(positions, nhead, num_kv_heads, window)
+        _check_modern(nhead, num_kv_heads, window)
         factory = {"device": device, "dtype": dtype}
         self.token_embedding = nn.Embedding(vocab_size, d_model, **factory)
+        self.positions = positions
         self.position_embedding = (
             nn.Embedding(max_len, d_model, **factory) if positions == "learned" else None
         )
@@ -98,9 +109,9 @@ class DecoderLM(nn.Module):
             )
             for _ in range(num_layers)
         )
-        self.positions, self.window = positions, window
+        self.window = window
         self.num_kv_heads = nhead if num_kv_heads is None else num_kv_heads
-        if positions != "learned" or self.num_kv_heads != nhead or window is not None:
+        if positions in ("rope", "alibi") or self.num_kv_heads != nhead or window is not None:
             for block in self.blocks:  # lesson 08: the same block, today's attention
                 block.self_attn = GroupedQueryAttention(
                     d_model,
@@ -149,11 +160,7 @@ class DecoderLM(nn.Module):
                 f"ids has {T} tokens (shape {shape_str(ids.shape)}), more than max_len = "
                 f"{self.max_len} positions"
             )
-        x = self.token_embedding(ids)
-        if self.position_embedding is not None:
-            positions = torch.arange(start, start + T, device=ids.device)  # continue the cache's
-            x = x + self.position_embedding(positions)
-        x = self.dropout(x)
+        x = self.dropout(self._embed(ids, start))
         mask = self._mask(T, start + T, x)
         for index, block in enumerate(self.blocks):
             layer_cache = None if cache is None else cache.layer(index)
@@ -170,6 +177,16 @@ class DecoderLM(nn.Module):
             T, S, x.dtype, x.device, window=self.window, alibi_slopes=self.alibi_slopes
         )
 
+    def _embed(self, ids: Tensor, start: int) -> Tensor:
+        """The tokens' embeddings (B, T, E), with their positions start .. start + T - 1 (they
+        continue the cache's) added when the model learns them."""
+        x = self.token_embedding(ids)
+        if self.position_embedding is not None:
+            x = x + self.position_embedding(
+                torch.arange(start, start + ids.size(1), device=ids.device)
+            )
+        return x
+
     def _check_ids(self, ids) -> tuple[int, int]:
         if not isinstance(ids, Tensor):
             raise TypeError(f"ids must be a torch.Tensor of token ids, got {type(ids).__name__}")
@@ -183,13 +200,8 @@ class DecoderLM(nn.Module):
         return ids.size(0), ids.size(1)
 
 
-POSITIONS = ("learned", "rope", "alibi")
-
-
-def _check_modern(positions, nhead, num_kv_heads, window) -> None:
-    if positions not in POSITIONS:
-        known = ", ".join(repr(p) for p in POSITIONS)
-        raise ValueError(f"positions must be one of {known}, got {positions!r}")
+def _check_modern(nhead, num_kv_heads, window) -> None:
+    """Lesson 08's options: key/value heads that share out the query heads, a window >= 1."""
     if num_kv_heads is not None:
         require_positive_int("nhead", nhead)
         require_kv_heads(nhead, num_kv_heads)

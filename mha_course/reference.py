@@ -43,6 +43,11 @@ __all__ = [
     "mean_pool",
     "attention_flops",
     "scores_memory",
+    "DecoderBlock",
+    "CharLM",
+    "sample_next",
+    "CachedAttention",
+    "DecoderLayer",
     "rotary",
     "rope_attention",
     "alibi_bias",
@@ -282,6 +287,158 @@ def attention_flops(B: int, H: int, L: int, S: int, D: int) -> int:
 def scores_memory(B: int, H: int, L: int, S: int, dtype: torch.dtype) -> int:
     """Bytes of one (B, H, L, S) tensor of ``dtype``."""
     return B * H * L * S * dtype.itemsize
+
+
+# Lesson 07: the decoder.
+
+
+def _causal(L: int, S: int, device) -> torch.Tensor:
+    """Bool (L, S), True where query i (the last L of S positions) may attend to key j."""
+    return _causal_mask(L, S, device, offset=S - L)
+
+
+class DecoderBlock(torch.nn.Module):
+    """Lesson 07: a GPT-style block, pre-LN, with causal self-attention and a GELU feed-forward:
+
+        x = x + MultiHead(norm1(x)), each position attending to itself and the ones before it
+        out = x + linear2(gelu(linear1(norm2(x))))
+
+    ``forward(x)`` (B, L, d_model) -> the same shape; the block builds its causal mask itself.
+    ``mha_class`` and ``norm_class`` (keyword-only, not in the skeleton) build it from other
+    parts, e.g. the learner's own MultiHeadAttention and LayerNorm.
+    """
+
+    def __init__(self, d_model, num_heads, d_ff, *, mha_class=None, norm_class=None):
+        super().__init__()
+        self.self_attn = (mha_class or MultiHeadAttention)(d_model, num_heads)
+        self.norm1 = (norm_class or LayerNorm)(d_model)
+        self.norm2 = (norm_class or LayerNorm)(d_model)
+        self.linear1 = torch.nn.Linear(d_model, d_ff)
+        self.linear2 = torch.nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        h = self.norm1(x)
+        attended, _ = self.self_attn(h, h, h, attn_mask=_causal(x.size(-2), x.size(-2), x.device))
+        x = x + attended
+        return x + self.linear2(torch.nn.functional.gelu(self.linear1(self.norm2(x))))
+
+
+class CharLM(torch.nn.Module):
+    """Lesson 07: a decoder-only language model. Token embedding + learned position embedding,
+    ``num_layers`` DecoderBlocks, a final LayerNorm and an output head tied to the token
+    embedding (GPT-2's layout).
+
+    ``forward(ids (B, T), start=0)`` -> logits (B, T, vocab_size); ``start`` is the position of
+    ``ids[:, 0]`` (0 for a whole sequence; a new token after n cached ones is at position n).
+    ``block_class`` and ``norm_class`` (keyword-only) build it from other parts.
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        d_model,
+        num_heads,
+        d_ff,
+        num_layers,
+        max_len,
+        *,
+        block_class=None,
+        norm_class=None,
+    ):
+        super().__init__()
+        block_class = block_class or DecoderBlock
+        self.token_embedding = torch.nn.Embedding(vocab_size, d_model)
+        self.position_embedding = torch.nn.Embedding(max_len, d_model)
+        self.blocks = torch.nn.ModuleList(
+            block_class(d_model, num_heads, d_ff) for _ in range(num_layers)
+        )
+        self.norm = (norm_class or LayerNorm)(d_model)
+        self.head = torch.nn.Linear(d_model, vocab_size, bias=False)
+        self.head.weight = self.token_embedding.weight  # tied
+
+    def forward(self, ids, start=0):
+        positions = torch.arange(start, start + ids.size(1), device=ids.device)
+        x = self.token_embedding(ids) + self.position_embedding(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    """Lesson 07: one token id per row of ``logits`` (B, V) -> (B, 1): softmax(logits / temperature)
+    over the ``top_k`` highest logits (all of them when None), drawn with ``generator``;
+    ``top_k=1`` is greedy (the argmax)."""
+    from .generation import sample_next as _sample_next
+
+    return _sample_next(logits, temperature, top_k, generator)
+
+
+class CachedAttention(torch.nn.Module):
+    """Lesson 07: ``attn`` (a MultiHeadAttention with q_proj, k_proj, v_proj, out_proj and
+    ``num_heads`` heads) with a KV cache, for a causal block that gets its tokens a few at a time.
+
+    ``forward(query, key, value, attn_mask=None)``, called as the block calls its attention
+    (query = key = value = the T new tokens, (B, T, E)): the new keys and values are appended to
+    the cached ones (``self.k``, ``self.v``, (B, H, S, D), S tokens so far), and the new queries
+    attend over all S + T of them, each to the keys up to its own position: the causal mask
+    aligned bottom-right. ``attn_mask``, the block's causal mask over the new tokens alone, is
+    replaced by that one. Returns ``(output (B, T, E), weights (B, H, T, S + T))``.
+    """
+
+    def __init__(self, attn, num_heads):
+        super().__init__()
+        self.attn, self.num_heads = attn, num_heads
+        self.k = self.v = None  # (B, H, S, D) each: the keys and values of the tokens so far
+
+    def forward(self, query, key, value, attn_mask=None):
+        q, k, v = (
+            rearrange(proj(x), "b l (h d) -> b h l d", h=self.num_heads)
+            for proj, x in (
+                (self.attn.q_proj, query),
+                (self.attn.k_proj, key),
+                (self.attn.v_proj, value),
+            )
+        )
+        if self.k is not None:  # the tokens' axis: (B, H, S, D) + (B, H, T, D) -> (B, H, S + T, D)
+            k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        self.k, self.v = k, v
+        L, S = q.size(2), k.size(2)
+        heads, weights = _sdpa(q, k, v, attn_mask=_causal(L, S, q.device))
+        return self.attn.out_proj(rearrange(heads, "b h l d -> b l (h d)")), weights
+
+
+class DecoderLayer(torch.nn.Module):
+    """Lesson 07: the decoder layer of an encoder-decoder, post-LN as in the original paper and
+    ``torch.nn.TransformerDecoderLayer`` (ReLU):
+
+        z1 = norm1(x + SelfAttention(x)), causal
+        z2 = norm2(z1 + CrossAttention(queries z1, keys and values memory)), ``memory_mask``
+        out = norm3(z2 + FFN(z2))
+
+    ``forward(x (B, T, d_model), memory (B, S, d_model), memory_mask=None)``; ``memory_mask`` is a
+    bool mask broadcastable to (B, H, T, S), True where a query **may attend** (a real source
+    token), e.g. (B, 1, 1, S). ``multihead_attn`` is the cross-attention (torch's name).
+    ``mha_class``, ``norm_class`` (keyword-only) build it from other parts.
+    """
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, *, mha_class=None, norm_class=None):
+        super().__init__()
+        mha, norm = mha_class or MultiHeadAttention, norm_class or LayerNorm
+        self.self_attn = mha(d_model, num_heads)
+        self.multihead_attn = mha(d_model, num_heads)
+        self.linear1 = torch.nn.Linear(d_model, d_ff)
+        self.linear2 = torch.nn.Linear(d_ff, d_model)
+        self.norm1, self.norm2, self.norm3 = norm(d_model), norm(d_model), norm(d_model)
+        self.dropout = torch.nn.Dropout(dropout)
+
+    def forward(self, x, memory, memory_mask=None):
+        L = x.size(-2)
+        attended, _ = self.self_attn(x, x, x, attn_mask=_causal(L, L, x.device))
+        z = self.norm1(x + self.dropout(attended))
+        read, _ = self.multihead_attn(z, memory, memory, attn_mask=memory_mask)
+        z = self.norm2(z + self.dropout(read))
+        ffn = self.linear2(self.dropout(torch.relu(self.linear1(z))))
+        return self.norm3(z + self.dropout(ffn))
 
 
 # Lesson 08: attention in today's models.

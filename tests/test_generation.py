@@ -212,3 +212,16 @@ def test_torch_compile_fullgraph_traces_the_language_model():
     compiled = torch.compile(lm, fullgraph=True, backend="eager")
     with torch.no_grad():
         torch.testing.assert_close(compiled(ids), lm(ids))
+
+
+def test_positions_none_has_no_position_embedding_and_still_caches():
+    lm = small_lm(5, dtype=torch.float64, positions="none")
+    assert lm.position_embedding is None
+    ids = torch.randint(0, 23, (2, 9))
+    cache = lm.new_cache(2)
+    pieces = [lm(ids[:, :5], cache=cache), lm(ids[:, 5:], cache=cache)]
+    torch.testing.assert_close(torch.cat(pieces, 1), lm(ids))
+    with pytest.raises(
+        ValueError, match=r"positions must be one of 'learned', 'none', .*got 'sinusoidal'"
+    ):
+        small_lm(positions="sinusoidal")

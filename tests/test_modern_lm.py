@@ -208,7 +208,8 @@ def test_bad_arguments_get_clear_errors():
     ):
         small_lm(num_kv_heads=3)
     with pytest.raises(
-        ValueError, match=r"positions must be one of 'learned', 'rope', 'alibi', got 'sinusoidal'"
+        ValueError,
+        match=r"positions must be one of 'learned', 'none', 'rope', 'alibi', got 'sinusoidal'",
     ):
         small_lm(positions="sinusoidal")
     with pytest.raises(ValueError, match=r"window must be >= 1 .* got 0"):

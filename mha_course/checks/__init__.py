@@ -6,16 +6,20 @@ from __future__ import annotations
 from ._failure import ExerciseFailure, NotDoneYet
 from .attention import check_scaled_dot_product_attention, check_softmax
 from .costs import check_attention_flops, check_scores_memory
+from .cross_attention import check_decoder_layer
+from .decoder import check_char_lm, check_decoder_block
 from .encoder import check_encoder_layer
 from .encoder_outputs import check_mean_pool, check_previous_token_score
 from .encoder_parts import check_encoder_stack, check_feed_forward
 from .fast import check_attention_in_blocks
 from .heads import check_merge_heads, check_split_heads
+from .kv_cache import check_cached_attention
 from .layers import check_layer_norm, check_positional_encoding
 from .modern_attention import check_grouped_query_attention, check_sliding_window_attention
 from .multihead import check_multi_head_attention
 from .pretrained import check_load_layer, check_weight_map
 from .relative_positions import check_alibi_bias, check_rope_attention, check_rotary
+from .sampling import check_sample_next
 from .scores_and_masks import check_attention_scores, check_causal_mask, check_padding_mask
 from .sublayers import check_post_ln_sublayer, check_pre_ln_sublayer
 from .warmups import check_pairwise_dot, check_weighted_average
@@ -54,6 +58,12 @@ __all__ = [
     "check_attention_flops",
     "check_scores_memory",
     "check_attention_in_blocks",
+    # lesson 07
+    "check_decoder_block",
+    "check_char_lm",
+    "check_sample_next",
+    "check_cached_attention",
+    "check_decoder_layer",
     # lesson 08
     "check_rotary",
     "check_rope_attention",
