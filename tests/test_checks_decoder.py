@@ -321,3 +321,22 @@ def test_char_lm_wrong_sizes_and_the_course_model(capsys):
         char_lm(lambda self, ids, start=0: (_ for _ in ()).throw(NotImplementedError())),
         capsys,
     )
+
+
+# ---------------------------------------------------------------- the lesson's registry rows
+
+LESSON_07 = ["DecoderBlock", "CharLM", "sample_next", "CachedAttention", "DecoderLayer"]
+
+
+@pytest.mark.parametrize("name", LESSON_07)
+def test_lesson_07_exercises_are_registered_and_their_references_pass(name):
+    from mha_course.exercises import by_name
+
+    exercise = by_name(name)
+    assert exercise.lesson == "07" and exercise.reference is getattr(reference, name)
+    assert exercise.check.exercise == name
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    assert exercise.check.passes(exercise.reference)
+    torch.testing.assert_close(torch.rand(3), expected)  # the learner's random stream is untouched
