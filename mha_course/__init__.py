@@ -8,9 +8,14 @@ The public pieces, in the order the lessons build them:
 * :class:`EncoderLayer`, :class:`Encoder` (lesson 04)
 * :mod:`mha_course.pretrained` (lesson 05), :mod:`mha_course.bench` (lesson 06)
 * :class:`DecoderLayer`, :class:`Decoder`, :class:`DecoderLM`, :func:`generate` (lesson 07)
+* :class:`RotaryEmbedding`, :func:`alibi_bias`, ``masks.sliding_window_mask``, grouped-query
+  attention (``scaled_dot_product_attention(..., enable_gqa=True)``), ``DecoderLM(...,
+  positions="rope" | "alibi", num_kv_heads=..., window=...)``, :mod:`mha_course.modern` and
+  :mod:`mha_course.flex` (lesson 08)
 * :mod:`mha_course.checks`: the exercise checkers
 """
 
+from .alibi import alibi_bias, alibi_slopes
 from .attention import scaled_dot_product_attention
 from .cache import KVCache
 from .decoder import Decoder, DecoderLayer
@@ -20,6 +25,7 @@ from .layernorm import LayerNorm
 from .lm import DecoderLM
 from .multihead import MultiHeadAttention
 from .positional import PositionalEncoding, positional_encoding
+from .rope import RotaryEmbedding
 from .utils import get_device, seed_everything
 
 __version__ = "0.1.0"
@@ -38,6 +44,9 @@ __all__ = [
     "KVCache",
     "generate",
     "sample_next",
+    "RotaryEmbedding",
+    "alibi_bias",
+    "alibi_slopes",
     "get_device",
     "seed_everything",
     "__version__",

@@ -41,6 +41,29 @@ def masked_softmax(
     return kernel.softmax(scores.masked_fill(nothing_allowed, 0.0), nothing_allowed)
 
 
+def _check_gqa(query, key, value) -> int:
+    """Grouped-query attention's shapes: query (..., H_q, L, E), key and value (..., H_kv, S, E)
+    with H_q a multiple of H_kv. Returns the group size G = H_q / H_kv."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.dim() < 3:
+            raise ValueError(
+                f"with enable_gqa=True, {name} must be (..., heads, length, features), got "
+                f"shape {shape_str(x.shape)}"
+            )
+    H_q, H_k, H_v = query.size(-3), key.size(-3), value.size(-3)
+    if H_k != H_v:
+        raise ValueError(
+            f"key and value must have the same number of heads, got key {shape_str(key.shape)} "
+            f"with {H_k} and value {shape_str(value.shape)} with {H_v}"
+        )
+    if H_q % H_k:
+        raise ValueError(
+            f"with enable_gqa=True the query's heads must be a multiple of the key's: query "
+            f"{shape_str(query.shape)} has {H_q} heads, key {shape_str(key.shape)} has {H_k}"
+        )
+    return H_q // H_k
+
+
 def _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale) -> torch.Size:
     """Validate everything up front; return the scores' shape (..., L, S)."""
     for name, x in (("query", query), ("key", key), ("value", value)):
@@ -69,9 +92,16 @@ def _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale) 
     try:
         batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
     except RuntimeError:
+        gqa = (
+            query.dim() >= 3
+            and key.dim() >= 3
+            and key.size(-3) != query.size(-3)
+            and query.size(-3) % key.size(-3) == 0
+        )
         raise ValueError(
             f"the leading (batch) dims of query {shape_str(query.shape)}, key {shape_str(key.shape)} "
             f"and value {shape_str(value.shape)} do not broadcast together"
+            + ("; for fewer key/value heads than query heads, pass enable_gqa=True" if gqa else "")
         ) from None
     scores_shape = torch.Size((*batch, query.size(-2), key.size(-2)))
     if attn_mask is not None:
@@ -95,6 +125,7 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(Q Kᵀ · scale + mask) V, returning ``(output, weights)``.
 
@@ -103,9 +134,38 @@ def scaled_dot_product_attention(
     ``scale`` defaults to 1/√E. A query that may attend to nothing gets zero weights and a zero
     output (torch's math path gives NaN there). ``dropout_p`` drops weights (always, like torch's
     functional form); the weights returned are the ones the output used.
+
+    ``enable_gqa=True``: grouped-query attention. key and value have H_kv heads (dim -3), query
+    H_q, a multiple of H_kv; query head h reads key/value head h // (H_q / H_kv), as torch's
+    (its ``repeat_interleave``). The weights are (..., H_q, L, S).
     """
+    if not isinstance(enable_gqa, bool):
+        raise TypeError(f"enable_gqa must be a bool, got {type(enable_gqa).__name__}")
+    group = _check_gqa(query, key, value) if enable_gqa else 1
+    if group > 1:  # each key/value head serves G query heads: a broadcast, not a copy
+        *lead, H_q, L, E = query.shape
+        query = query.reshape(*lead, H_q // group, group, L, E)  # (..., H_kv, G, L, E)
+        key, value = key.unsqueeze(-3), value.unsqueeze(-3)  # (..., H_kv, 1, S, E)
+        if attn_mask is not None and attn_mask.dim() >= 3:
+            attn_mask = _group_heads(attn_mask, H_q, group)
     scores = _check_arguments(query, key, value, attn_mask, dropout_p, is_causal, scale)
     mask = masks.from_may_attend(attn_mask, scores, query.dtype, is_causal, query.device)
     *batch, L, S = scores  # the leading dims of query, key and value, broadcast together
     query, key, value = (x.expand(*batch, *x.shape[-2:]) for x in (query, key, value))
-    return kernel.attention(query, key, value, mask, dropout_p, scale)
+    output, weights = kernel.attention(query, key, value, mask, dropout_p, scale)
+    if group > 1:  # (..., H_kv, G, L, ·) -> (..., H_q, L, ·)
+        output, weights = output.flatten(-4, -3), weights.flatten(-4, -3)
+    return output, weights
+
+
+def _group_heads(attn_mask: torch.Tensor, H_q: int, group: int) -> torch.Tensor:
+    """A mask over (..., H_q or 1, L, S) as (..., H_kv or 1, G or 1, L, S), like the queries."""
+    heads = attn_mask.size(-3)
+    if heads == H_q:
+        return attn_mask.unflatten(-3, (H_q // group, group))
+    if heads != 1:
+        raise ValueError(
+            f"attn_mask of shape {shape_str(attn_mask.shape)} has {heads} heads in dim -3; "
+            f"expected 1 or the query's {H_q}"
+        )
+    return attn_mask.unsqueeze(-3)

@@ -70,6 +70,11 @@ _TABLE = [
     ("07", "sample_next", checks.check_sample_next),
     ("07", "CachedAttention", checks.check_cached_attention),
     ("07", "DecoderLayer", checks.check_decoder_layer),
+    ("08", "rotary", checks.check_rotary),
+    ("08", "rope_attention", checks.check_rope_attention),
+    ("08", "alibi_bias", checks.check_alibi_bias),
+    ("08", "grouped_query_attention", checks.check_grouped_query_attention),
+    ("08", "sliding_window_attention", checks.check_sliding_window_attention),
 ]
 
 EXERCISES: list[Exercise] = [

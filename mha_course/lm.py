@@ -8,6 +8,13 @@ can be trained to predict every next token of a text at once, and generate one t
 With a :class:`~mha_course.cache.KVCache`, a forward over new tokens attends over the keys and
 values cached from the tokens before them (their positions continue where the cache stopped).
 
+Lesson 08's options make it a model of today's kind, each changing the attention only:
+``positions="rope"`` rotates queries and keys by position instead of adding position embeddings,
+``positions="alibi"`` adds ALiBi's linear bias to the scores instead, ``num_kv_heads`` shares key/value
+heads between query heads (grouped-query attention; 1 is multi-query), ``window`` limits each token
+to the last ``window`` tokens (sliding-window attention). With any of them, the blocks' attention is
+a :class:`~mha_course.modern.GroupedQueryAttention`.
+
 Shapes: B batch, T tokens, V vocabulary, E = d_model.
 """
 
@@ -18,9 +25,11 @@ from torch import Tensor, nn
 
 from . import masks
 from ._validate import require_positive_int, require_probability, shape_str
+from .alibi import alibi_slopes
 from .cache import KVCache
 from .encoder import EncoderLayer
 from .layernorm import LayerNorm
+from .modern import GroupedQueryAttention, decoder_mask, require_kv_heads
 
 __all__ = ["DecoderLM"]
 
@@ -36,9 +45,14 @@ class DecoderLM(nn.Module):
     vector per position, added to the token embedding) or ``"none"`` (no position vector at the
     input: for schemes that act inside attention instead, lesson 08). :meth:`_embed` is where
     the input's positions are added.
+
+    Lesson 08: ``positions`` may also be ``"rope"`` (queries and keys rotated by position, base
+    ``rope_base``) or ``"alibi"`` (a linear bias on the scores); ``num_kv_heads`` (a divisor of
+    ``nhead``) key/value heads shared by the query heads; ``window`` (>= 1) the most tokens each
+    token attends to, itself included.
     """
 
-    POSITIONS = ("learned", "none")
+    POSITIONS = ("learned", "none", "rope", "alibi")
 
     def __init__(
         self,
@@ -56,6 +70,10 @@ class DecoderLM(nn.Module):
         positions: str = "learned",
         device=None,
         dtype=None,
+        *,
+        num_kv_heads: int | None = None,
+        window: int | None = None,
+        rope_base: float = 10000.0,
     ) -> None:
         super().__init__()
         if positions not in self.POSITIONS:
@@ -68,6 +86,7 @@ class DecoderLM(nn.Module):
         ):
             require_positive_int(name, value)
         require_probability("dropout", dropout)
+        _check_modern(nhead, num_kv_heads, window)
         factory = {"device": device, "dtype": dtype}
         self.token_embedding = nn.Embedding(vocab_size, d_model, **factory)
         self.positions = positions
@@ -90,6 +109,23 @@ class DecoderLM(nn.Module):
             )
             for _ in range(num_layers)
         )
+        self.window = window
+        self.num_kv_heads = nhead if num_kv_heads is None else num_kv_heads
+        if positions in ("rope", "alibi") or self.num_kv_heads != nhead or window is not None:
+            for block in self.blocks:  # lesson 08: the same block, today's attention
+                block.self_attn = GroupedQueryAttention(
+                    d_model,
+                    nhead,
+                    self.num_kv_heads,
+                    rope_base=rope_base if positions == "rope" else None,
+                    dropout=dropout,
+                    bias=bias,
+                    **factory,
+                )
+        slopes = None  # ALiBi's slope of each head, kept on the model's device
+        if positions == "alibi":
+            slopes = alibi_slopes(nhead).to(device=device, dtype=dtype or torch.float32)
+        self.register_buffer("alibi_slopes", slopes, persistent=False)
         self.norm = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
         self.head = nn.Linear(d_model, vocab_size, bias=False, **factory)
         if tie_weights:  # the same matrix reads a token in and scores it out
@@ -104,7 +140,7 @@ class DecoderLM(nn.Module):
         return KVCache(
             len(self.blocks),
             batch_size,
-            self.num_heads,
+            self.num_kv_heads,
             self.d_model // self.num_heads,
             self.max_len,
             dtype=weight.dtype,
@@ -125,13 +161,21 @@ class DecoderLM(nn.Module):
                 f"{self.max_len} positions"
             )
         x = self.dropout(self._embed(ids, start))
-        mask = masks.causal_over_cache(T, start + T, x.dtype, x.device)
+        mask = self._mask(T, start + T, x)
         for index, block in enumerate(self.blocks):
             layer_cache = None if cache is None else cache.layer(index)
             x, _ = block._forward(x, mask, False, layer_cache)
         if cache is not None:
             cache.advance(T)
         return self.head(self.norm(x))  # (B, T, vocab_size)
+
+    def _mask(self, T: int, S: int, x: Tensor) -> masks.AttentionMask:
+        """The canonical mask of T new tokens over S keys, shared by every block."""
+        if self.window is None and self.alibi_slopes is None:
+            return masks.causal_over_cache(T, S, x.dtype, x.device)
+        return decoder_mask(
+            T, S, x.dtype, x.device, window=self.window, alibi_slopes=self.alibi_slopes
+        )
 
     def _embed(self, ids: Tensor, start: int) -> Tensor:
         """The tokens' embeddings (B, T, E), with their positions start .. start + T - 1 (they
@@ -154,6 +198,20 @@ class DecoderLM(nn.Module):
         if ids.size(1) == 0:
             raise ValueError(f"ids has no tokens (shape {shape_str(ids.shape)}): T must be >= 1")
         return ids.size(0), ids.size(1)
+
+
+def _check_modern(nhead, num_kv_heads, window) -> None:
+    """Lesson 08's options: key/value heads that share out the query heads, a window >= 1."""
+    if num_kv_heads is not None:
+        require_positive_int("nhead", nhead)
+        require_kv_heads(nhead, num_kv_heads)
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise TypeError(
+                f"window must be an int or None, got {type(window).__name__} {window!r}"
+            )
+        if window < 1:
+            raise ValueError(f"window must be >= 1 (each token sees at least itself), got {window}")
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "NO_MASK",
     "causal_mask",
     "causal_over_cache",
+    "sliding_window_mask",
     "padding_mask",
     "other_convention",
     "nothing_to_attend",
@@ -81,6 +82,18 @@ def causal_mask(L: int, S: int, device=None, *, offset: int = 0) -> Tensor:
     are the last L of S positions (bottom-right aligned: new tokens over a KV cache, where a new
     query sees every cached key). Every query may attend at least to key 0."""
     return torch.ones(L, S, dtype=torch.bool, device=device).tril(offset)
+
+
+def sliding_window_mask(L: int, S: int, window: int, device=None, *, offset: int = 0) -> Tensor:
+    """Bool (L, S), True where query i may attend to key j: causal and at most ``window`` keys
+    back, j <= i + offset and (i + offset) - j < window (the query itself counts as one of the
+    window's keys). ``window >= S`` is the causal mask. ``offset`` as in :func:`causal_mask`."""
+    if isinstance(window, bool) or not isinstance(window, int):
+        raise TypeError(f"window must be an int, got {type(window).__name__} {window!r}")
+    if window < 1:
+        raise ValueError(f"window must be >= 1 (each query sees at least itself), got {window}")
+    causal = causal_mask(L, S, device, offset=offset)
+    return causal & ~causal_mask(L, S, device, offset=offset - window)
 
 
 def padding_mask(lengths: Tensor, S: int) -> Tensor:

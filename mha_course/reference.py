@@ -60,6 +60,11 @@ __all__ = [
     "sample_next",
     "CachedAttention",
     "DecoderLayer",
+    "rotary",
+    "rope_attention",
+    "alibi_bias",
+    "grouped_query_attention",
+    "sliding_window_attention",
 ]
 
 
@@ -677,3 +682,50 @@ class DecoderLayer(torch.nn.Module):
         z = self.norm2(z + self.dropout(read))
         ffn = self.linear2(self.dropout(torch.relu(self.linear1(z))))
         return self.norm3(z + self.dropout(ffn))
+
+
+# Lesson 08: attention in today's models.
+
+
+def rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """RoPE, rotate-half layout: x (..., L, D) with feature i paired with i + D/2, pair i of the
+    token at position p turned by the angle p · base^(-2i/D); positions (L,). Same shape and
+    dtype as x."""
+    from .rope import RotaryEmbedding  # lesson 08's module, imported when used
+
+    return RotaryEmbedding(x.size(-1), base).to(x.device)(x, positions)
+
+
+def rope_attention(q, k, v, positions, rotate):
+    """Causal attention with RoPE: q (B, H, L, D) are the last L of the S tokens whose keys and
+    values are k, v (B, H, S, D|Dv); positions (S,) the keys' positions. Queries and keys are
+    rotated by their positions with ``rotate(x, positions)``, the values are not; query i sees
+    keys 0 .. S - L + i. Returns the output (B, H, L, Dv)."""
+    L, S = q.size(-2), k.size(-2)
+    allowed = _causal_mask(L, S, q.device, offset=S - L)  # the queries are the last L tokens
+    q, k = rotate(q, positions[S - L :]), rotate(k, positions)
+    return _sdpa(q, k, v, attn_mask=allowed)[0]
+
+
+def alibi_bias(num_heads: int, L: int, S: int) -> torch.Tensor:
+    """ALiBi: float32 (num_heads, L, S), bias[h, i, j] = -m_h · (i - j) with
+    m_h = 2^(-8(h+1)/num_heads) (num_heads a power of two)."""
+    from .alibi import alibi_bias as _alibi_bias
+
+    return _alibi_bias(num_heads, L, S)
+
+
+def grouped_query_attention(query, key, value, attn_mask=None):
+    """GQA: query (B, H, L, D), key and value (B, H_kv, S, D|Dv), H a multiple of H_kv; query
+    head h reads key/value head h // (H / H_kv). Returns ``(output (B, H, L, Dv), weights
+    (B, H, L, S))``; a bool ``attn_mask`` is True where a query may attend."""
+    return _sdpa(query, key, value, attn_mask=attn_mask, enable_gqa=True)
+
+
+def sliding_window_attention(q, k, v, window):
+    """Causal sliding-window self-attention: query i sees keys j with i - window < j <= i.
+    q, k (..., L, D), v (..., L, Dv) -> (..., L, Dv), one block of queries at a time, never an
+    (L, L) tensor."""
+    from .modern import sliding_window_attention as _sliding
+
+    return _sliding(q, k, v, window)

@@ -23,8 +23,10 @@ from .head_jobs import check_job_scores
 from .heads import check_merge_heads, check_split_heads
 from .kv_cache import check_cached_attention
 from .layers import check_layer_norm, check_positional_encoding
+from .modern_attention import check_grouped_query_attention, check_sliding_window_attention
 from .multihead import check_load_torch_weights, check_multi_head_attention
 from .pretrained import check_load_layer, check_weight_map
+from .relative_positions import check_alibi_bias, check_rope_attention, check_rotary
 from .sampling import check_sample_next
 from .scores_and_masks import (
     check_attention_scores,
@@ -88,4 +90,10 @@ __all__ = [
     "check_sample_next",
     "check_cached_attention",
     "check_decoder_layer",
+    # lesson 08
+    "check_rotary",
+    "check_rope_attention",
+    "check_alibi_bias",
+    "check_grouped_query_attention",
+    "check_sliding_window_attention",
 ]

@@ -329,6 +329,15 @@ class _Shapes(TorchFunctionMode):
         return out
 
 
+def builds(
+    candidate, case: str, args, last_two: tuple[int, int], crash_hint: str, **kwargs
+) -> bool:
+    """Whether ``candidate(*args, **kwargs)`` makes a tensor whose last two dims are ``last_two``."""
+    with _Shapes() as seen:
+        call_candidate(candidate, case, *args, crash_hint=crash_hint, **kwargs)
+    return any(shape[-2:] == last_two for shape in seen.shapes)
+
+
 _OVERFLOW = (
     "inf or NaN in the output: an exp overflowed. Subtract the running max from the scores "
     "before each exp, and rescale the old sums by e^(m - m_new) when the max rises."
@@ -376,9 +385,7 @@ def _output(case, got, expected, mistakes, args, *, want_tensor_hint=""):
 
 def _require_no_matrix(candidate, case, args, kwargs, shape, what):
     """Run the candidate, and fail if any torch function in it made a tensor ending in ``shape``."""
-    with _Shapes() as seen:
-        call_candidate(candidate, case, *args, crash_hint=_CRASH_HINT, **kwargs)
-    if any(s[-2:] == shape for s in seen.shapes):
+    if builds(candidate, case, args, shape, _CRASH_HINT, **kwargs):
         raise ExerciseFailure(
             f"Case {case!r}: your function builds a tensor of shape (..., L, S) = "
             f"(..., {shape[0]}, {shape[1]}).\nLikely cause: {what}"
