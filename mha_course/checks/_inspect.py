@@ -293,14 +293,15 @@ def _defined_names(filename: str) -> set[str] | None:
 
 
 def where(filename: str, lineno: int | None) -> str:
-    """ "Cell In[7], line 5" for a notebook cell, "my_work/x.py, line 5" for a file."""
+    """ "Cell In[7], line 5" for a notebook cell, "my_work/x.py, line 5" for a file (relative to
+    the working folder, or its own folder and name when it lies elsewhere, as on Drive)."""
     label = _cell_label(filename)
     if label is None:
         path = Path(filename)
         try:
             label = str(path.resolve().relative_to(Path.cwd()))
-        except ValueError:
-            label = str(path)
+        except ValueError:  # outside the working folder: its folder and name are enough
+            label = str(Path(path.parent.name, path.name))
     return label if lineno is None else f"{label}, line {lineno}"
 
 
