@@ -64,6 +64,12 @@ POINTS = {
     "EncoderLayer": 3,
     "load_layer": 2,
     "attention_in_blocks": 3,
+    "ResidualBlock": 2,
+    "EncoderModel": 2,
+    "CharLM": 2,
+    "CachedAttention": 3,
+    "DecoderLayer": 2,
+    "sliding_window_attention": 3,
 }
 
 
