@@ -84,7 +84,8 @@ def test_a_cell_is_named_as_the_notebook_shows_it(ipython, monkeypatch):
     monkeypatch.setitem(linecache.cache, filename, (6, None, ["y = 2\n"], filename))
     label = "Cell In[4]" if ipython == "7, ipykernel 6" else "Cell In[7]"  # the latest one
     assert where(filename, 3) == f"{label}, line 3"
-    assert where("/tmp/k/unknown.py", 2) == "k/unknown.py, line 2"  # not a cell, elsewhere: folder/name
+    # not a cell, and outside the working folder: its folder and name
+    assert where("/tmp/k/unknown.py", 2) == "k/unknown.py, line 2"
     compiler.format_code_name = lambda name: 1 / 0  # whatever goes wrong, the message shows
     assert where(filename, 1).endswith(", line 1")
 
