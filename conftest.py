@@ -37,6 +37,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # are never compared, and what it concludes must hold at either budget). A learner's run, and the
 # build that saves the notebooks, use the full budget.
 os.environ.setdefault("MHA_COURSE_QUICK", "1")
+# The tests run in parallel, one process per core (pytest-xdist), and each process, and each
+# notebook kernel it starts, would otherwise use one torch thread per core: N x N threads on N
+# cores, waiting on one another (lesson 05's head ablation ran ten times slower that way). So one
+# thread each, unless OMP_NUM_THREADS says otherwise.
+if (
+    int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1
+    and "OMP_NUM_THREADS" not in os.environ
+):
+    import torch
+
+    os.environ["OMP_NUM_THREADS"] = "1"  # the notebook kernels this worker starts
+    torch.set_num_threads(1)  # this worker
 
 LESSON_NOTEBOOKS = {p.resolve() for p in authoring.lesson_notebooks()}
 NOT_COLLECTED = {"my_work", ".history", ".ipynb_checkpoints"}
