@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from module_helpers import bloom_alibi_slopes
 from transformers import LlamaConfig
-from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from mha_course import (
@@ -85,9 +85,7 @@ def test_rope_bad_arguments():
 
 @pytest.mark.parametrize("num_heads", [1, 2, 3, 4, 5, 6, 8, 12, 16, 20])
 def test_alibi_slopes_are_the_papers(num_heads):
-    torch.testing.assert_close(
-        alibi_slopes(num_heads).float(), _get_alibi_slopes(num_heads, torch.device("cpu"))
-    )
+    torch.testing.assert_close(alibi_slopes(num_heads).float(), bloom_alibi_slopes(num_heads))
 
 
 def test_alibi_slopes_for_eight_heads_and_the_bias():
@@ -105,7 +103,7 @@ def test_alibi_gives_blooms_attention_under_the_causal_mask():
     scores = torch.randn(H, L, L, dtype=f64)
     causal = masks.causal_mask(L, L)
     ours = (scores + alibi_bias(H, L, L, dtype=f64)).masked_fill(~causal, -math.inf).softmax(-1)
-    slopes = _get_alibi_slopes(H, torch.device("cpu")).to(f64)
+    slopes = bloom_alibi_slopes(H).to(f64)
     bloom = slopes[:, None, None] * torch.arange(L, dtype=f64)[None, None, :]
     theirs = (scores + bloom).masked_fill(~causal, -math.inf).softmax(-1)
     torch.testing.assert_close(ours, theirs)

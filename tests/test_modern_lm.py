@@ -8,8 +8,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from module_helpers import bloom_alibi_slopes
 from transformers import LlamaConfig
-from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
 
 from mha_course import DecoderLM, generate
@@ -72,7 +72,7 @@ def hugging_face_attention(attn: GroupedQueryAttention, x, *, rope, window, alib
         cos, sin = torch.ones(B, T, D, dtype=f64), torch.zeros(B, T, D, dtype=f64)
     mask = torch.zeros(1, 1, T, T, dtype=f64).masked_fill(~allowed_by_loop(T, window), -math.inf)
     if alibi:  # BLOOM adds m_h · j; under the softmax of a row, the same as -m_h · (i - j)
-        slopes = _get_alibi_slopes(H, torch.device("cpu")).to(f64)
+        slopes = bloom_alibi_slopes(H).to(f64)
         mask = mask + slopes[None, :, None, None] * torch.arange(T, dtype=f64)
     out, _ = theirs(x, position_embeddings=(cos.to(f64), sin.to(f64)), attention_mask=mask)
     return out
