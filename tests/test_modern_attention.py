@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from module_helpers import bloom_alibi_slopes
+from module_helpers import bloom_alibi_slopes, llama_rotary
 from transformers import LlamaConfig
-from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from mha_course import (
     RotaryEmbedding,
@@ -30,10 +30,9 @@ quick = settings(max_examples=25, deadline=None)
 @pytest.mark.parametrize("head_dim, base", [(8, 10000.0), (32, 10000.0), (64, 500000.0)])
 def test_rope_equals_hugging_faces_llama(head_dim, base):
     config = LlamaConfig(hidden_size=head_dim * 2, num_attention_heads=2, rope_theta=base)
-    theirs = LlamaRotaryEmbedding(config)
     q, k = torch.randn(2, 2, 11, head_dim), torch.randn(2, 2, 11, head_dim)
     positions = torch.arange(5, 16)  # e.g. after 5 cached tokens
-    cos, sin = theirs(q, positions[None])
+    cos, sin = llama_rotary(config, q, positions[None])
     q_ref, k_ref = apply_rotary_pos_emb(q, k, cos, sin)
     rope = RotaryEmbedding(head_dim, base=base)
     torch.testing.assert_close(rope(q, positions), q_ref, atol=1e-5, rtol=1e-5)

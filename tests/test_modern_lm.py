@@ -8,9 +8,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from module_helpers import bloom_alibi_slopes
+from module_helpers import bloom_alibi_slopes, llama_attention, llama_rotary
 from transformers import LlamaConfig
-from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+from transformers.models.llama.modeling_llama import LlamaAttention
 
 from mha_course import DecoderLM, generate
 from mha_course.modern import GroupedQueryAttention, kv_cache_bytes, sliding_window_attention
@@ -67,15 +67,14 @@ def hugging_face_attention(attn: GroupedQueryAttention, x, *, rope, window, alib
         theirs.o_proj.bias.copy_(attn.out_proj.bias)
     position_ids = torch.arange(T)[None].expand(B, T)
     if rope:
-        cos, sin = LlamaRotaryEmbedding(config)(x, position_ids)
+        cos, sin = llama_rotary(config, x, position_ids)
     else:  # the identity rotation
         cos, sin = torch.ones(B, T, D, dtype=f64), torch.zeros(B, T, D, dtype=f64)
     mask = torch.zeros(1, 1, T, T, dtype=f64).masked_fill(~allowed_by_loop(T, window), -math.inf)
     if alibi:  # BLOOM adds m_h · j; under the softmax of a row, the same as -m_h · (i - j)
         slopes = bloom_alibi_slopes(H).to(f64)
         mask = mask + slopes[None, :, None, None] * torch.arange(T, dtype=f64)
-    out, _ = theirs(x, position_embeddings=(cos.to(f64), sin.to(f64)), attention_mask=mask)
-    return out
+    return llama_attention(theirs, x, cos.to(f64), sin.to(f64), mask)
 
 
 def reference_logits(lm: DecoderLM, ids):
