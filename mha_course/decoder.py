@@ -27,7 +27,7 @@ from torch import nn
 
 from . import masks
 from ._validate import require_divisible, require_positive_int, require_probability, shape_str
-from .encoder import _activation, check_sequence, copy_norm
+from .encoder import _activation, check_sequence, copy_norm, settings_from_torch
 from .layernorm import LayerNorm
 from .multihead import MultiHeadAttention
 
@@ -86,23 +86,7 @@ class DecoderLayer(nn.Module):
             raise TypeError(
                 f"layer must be a torch.nn.TransformerDecoderLayer, got {type(layer).__name__}"
             )
-        attn, weight = layer.self_attn, layer.linear1.weight
-        activation = layer.activation
-        if isinstance(activation, nn.Module):
-            activation = copy.deepcopy(activation)
-        ours = cls(
-            attn.embed_dim,
-            attn.num_heads,
-            dim_feedforward=layer.linear1.out_features,
-            dropout=layer.dropout.p,
-            activation=activation,
-            layer_norm_eps=layer.norm1.eps,
-            batch_first=attn.batch_first,
-            norm_first=layer.norm_first,
-            bias=layer.linear1.bias is not None,
-            device=weight.device,
-            dtype=weight.dtype,
-        )
+        ours = cls(**settings_from_torch(layer))
         ours.norm2.eps, ours.norm3.eps = layer.norm2.eps, layer.norm3.eps
         ours.load_state_dict(layer.state_dict())
         return ours.train(layer.training)

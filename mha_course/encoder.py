@@ -111,23 +111,7 @@ class EncoderLayer(nn.Module):
             raise TypeError(
                 f"layer must be a torch.nn.TransformerEncoderLayer, got {type(layer).__name__}"
             )
-        attn, weight = layer.self_attn, layer.linear1.weight
-        activation = layer.activation
-        if isinstance(activation, nn.Module):
-            activation = copy.deepcopy(activation)
-        ours = cls(
-            attn.embed_dim,
-            attn.num_heads,
-            dim_feedforward=layer.linear1.out_features,
-            dropout=layer.dropout.p,
-            activation=activation,
-            layer_norm_eps=layer.norm1.eps,
-            batch_first=attn.batch_first,
-            norm_first=layer.norm_first,
-            bias=layer.linear1.bias is not None,
-            device=weight.device,
-            dtype=weight.dtype,
-        )
+        ours = cls(**settings_from_torch(layer))
         ours.norm2.eps = layer.norm2.eps
         ours.load_state_dict(layer.state_dict())
         return ours.train(layer.training)
@@ -228,6 +212,28 @@ def check_sequence(name: str, x, d_model: int, batch_first: bool, dtype: torch.d
             f"{name} has dtype {x.dtype} but the layer's parameters are {dtype}; convert the "
             f"input or the layer (e.g. layer.to({x.dtype}))"
         )
+
+
+def settings_from_torch(layer: nn.Module) -> dict:
+    """The constructor arguments of a ``torch.nn.TransformerEncoderLayer`` or
+    ``TransformerDecoderLayer`` (its first LayerNorm's eps for all of them), for the course's twin."""
+    attn, weight = layer.self_attn, layer.linear1.weight
+    activation = layer.activation
+    if isinstance(activation, nn.Module):
+        activation = copy.deepcopy(activation)
+    return dict(
+        d_model=attn.embed_dim,
+        nhead=attn.num_heads,
+        dim_feedforward=layer.linear1.out_features,
+        dropout=layer.dropout.p,
+        activation=activation,
+        layer_norm_eps=layer.norm1.eps,
+        batch_first=attn.batch_first,
+        norm_first=layer.norm_first,
+        bias=layer.linear1.bias is not None,
+        device=weight.device,
+        dtype=weight.dtype,
+    )
 
 
 def copy_norm(norm: nn.Module | None) -> nn.Module | None:
