@@ -19,8 +19,18 @@ from .layernorm import LayerNorm
 from .masks import causal_mask as _causal_mask
 from .positional import positional_encoding
 
+
+def __getattr__(name: str):
+    """An exercise's reference, as its checker module declares it (mha_course.checks)."""
+    from .checks import _registry
+
+    exercise = _registry.find(name)
+    if exercise is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return exercise.reference
+
+
 __all__ = [
-    "softmax",
     "scaled_dot_product_attention",
     "MultiHeadAttention",
     "load_torch_weights",
@@ -32,8 +42,6 @@ __all__ = [
     "train_step",
     "load_layer",
     "attention_in_blocks",
-    "pairwise_dot",
-    "weighted_average",
     "attention_scores",
     "padding_mask",
     "causal_mask",
@@ -52,7 +60,6 @@ __all__ = [
     "attention_flops",
     "scores_memory",
     "attention_cost",
-    "soft_lookup",
     "may_attend_mask",
     "SelfAttention",
     "DecoderBlock",
@@ -66,11 +73,6 @@ __all__ = [
     "grouped_query_attention",
     "sliding_window_attention",
 ]
-
-
-def softmax(scores: torch.Tensor) -> torch.Tensor:
-    """Lesson 00: softmax over the last axis."""
-    return torch.softmax(scores, dim=-1)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
@@ -309,42 +311,6 @@ def attention_in_blocks(q, k, v, block_size, is_causal=False, return_lse=False):
 # pieces together.
 
 # Lesson 00: the two matmuls of attention (the steps of ``soft_lookup``), and the lookup itself.
-
-
-def pairwise_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a (..., L, E), b (..., S, E) -> (..., L, S): entry [..., i, j] is a[..., i, :] · b[..., j, :]."""
-    return a @ b.transpose(-2, -1)
-
-
-def weighted_average(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """weights (..., L, S), rows summing to 1; values (..., S, E) -> (..., L, E):
-    row i is sum_j weights[..., i, j] * values[..., j, :]."""
-    return weights @ values
-
-
-def soft_lookup(query, keys, values, temperature=1.0):
-    """query (..., L, E), keys (..., S, E), values (..., S, Ev) -> (result (..., L, Ev), weights
-    (..., L, S)): weights = softmax(query · key / temperature) over the keys, result = weights @
-    values. ``temperature=0`` is the limit: equal weights on the best-matching keys, 0 elsewhere.
-    A negative temperature, or sizes that do not pair up, raise ValueError."""
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if query.size(-1) != keys.size(-1):
-        raise ValueError(
-            f"query and keys must have the same size E to be compared: query has E={query.size(-1)}, "
-            f"keys have E={keys.size(-1)}"
-        )
-    if keys.size(-2) != values.size(-2):
-        raise ValueError(
-            f"one value per key: keys have S={keys.size(-2)}, values have S={values.size(-2)}"
-        )
-    scores = pairwise_dot(query, keys)
-    if temperature == 0:
-        best = (scores == scores.amax(dim=-1, keepdim=True)).to(scores.dtype)
-        weights = best / best.sum(dim=-1, keepdim=True)
-    else:
-        weights = torch.softmax(scores / temperature, dim=-1)
-    return weighted_average(weights, values), weights
 
 
 # Lesson 01: the scaled scores, the two masks and the mask that combines them (bool, True where a

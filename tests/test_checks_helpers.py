@@ -4,13 +4,14 @@ check names it, instead of blaming the answer under test for code that is not in
 import pytest
 import torch
 
-from mha_course import exercises, reference
+from mha_course import reference
 from mha_course.checks import (
     ExerciseFailure,
     check_multi_head_attention,
     check_scaled_dot_product_attention,
 )
 from mha_course.checks._core import call_candidate, checker, compare
+from mha_course.checks._registry import REGISTRY
 from mha_course.exercises import Exercise, evaluate, yours_or_reference
 
 from checker_helpers import MHA_INIT_SOURCE, NOTEBOOK_IMPORTS, fails_with, notebook_cell, passes
@@ -42,14 +43,17 @@ def check_octuple(candidate) -> int:
 
 
 @pytest.fixture(autouse=True)
-def registered(monkeypatch):
+def registered():
     """double, quadruple and octuple registered as exercises of a lesson "99"."""
     extra = [
         Exercise("double", "99", check_double, None),
         Exercise("quadruple", "99", check_quadruple, None),
         Exercise("octuple", "99", check_octuple, None),
     ]
-    monkeypatch.setattr(exercises, "EXERCISES", exercises.EXERCISES + extra)
+    REGISTRY.extend(extra)
+    yield
+    for exercise in extra:
+        REGISTRY.remove(exercise)
 
 
 TODO = 'raise NotImplementedError("Exercise: write this part, then run the check below.")'

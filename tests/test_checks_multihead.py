@@ -554,7 +554,7 @@ def test_a_variable_of_the_notebook_is_named():
         cells["MultiHeadAttention"],
         "Your MultiHeadAttention uses `d_k` (= 6), a variable of the notebook",
         "<notebook cell 2>, line 17:",
-        "from self",
+        "kept on self",
     )
     assert "Case" not in message  # caught before any case, though this one would pass them
 

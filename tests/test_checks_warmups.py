@@ -1,145 +1,97 @@
-"""The lesson-00 warm-up checkers accept every correct style and name the classic mistakes."""
+"""The lesson-00 checkers accept every correct style and name the classic mistakes."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 from einops import einsum
 
 from mha_course import reference
-from mha_course.checks import check_pairwise_dot, check_soft_lookup, check_weighted_average
+from mha_course.checks import check_soft_lookup, check_softmax
 
 from checker_helpers import fails_with, not_done, passes, skeleton
 
-# ---------------------------------------------------------------- pairwise_dot
+# ---------------------------------------------------------------- softmax
 
 
-def dot_loop(a, b):
-    """One dot product at a time, over the flattened leading axes."""
-    lead = a.shape[:-2]
-    a2, b2 = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
-    rows = [
-        torch.stack(
-            [torch.stack([x[i] @ y[j] for j in range(y.size(0))]) for i in range(x.size(0))]
-        )
-        for x, y in zip(a2, b2)
-    ]
-    return torch.stack(rows).reshape(*lead, a.size(-2), b.size(-2))
+def softmax_stable(s):
+    e = (s - s.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
 
 
 @pytest.mark.parametrize(
     "candidate",
     [
-        reference.pairwise_dot,
-        lambda a, b: a @ b.mT,
-        lambda a, b: torch.matmul(a, b.transpose(-1, -2)),
-        lambda a, b: einsum(a, b, "... l e, ... s e -> ... l s"),
-        lambda a, b: (a.unsqueeze(-2) * b.unsqueeze(-3)).sum(-1),
-        dot_loop,
+        softmax_stable,
+        lambda s: torch.softmax(s, -1),
+        lambda s: F.softmax(s, dim=-1),
+        lambda s: torch.exp(s - torch.logsumexp(s, -1, keepdim=True)),
     ],
 )
-def test_pairwise_dot_accepts_every_correct_style(candidate, capsys):
-    passes(check_pairwise_dot, candidate, capsys)
+def test_softmax_accepts_correct_answers(candidate, capsys):
+    passes(check_softmax, candidate, capsys)
 
 
 @pytest.mark.parametrize(
     "candidate, phrase",
     [
-        (lambda a, b: a @ b.T, "b.T reverses *every* axis"),
-        (lambda a, b: b @ a.mT, "your result is transposed"),
-        (lambda a, b: (a * b).sum(-1), "pairs row i of a with row i of b only"),
-        (lambda a, b: a @ b, "the inner sizes do not match"),
-        (lambda a, b: a @ b.t(), "b.t() works on 2-D matrices only"),
-        (lambda a, b: torch.einsum("ij,kj->ik", a, b), "let '...' stand for the leading axes"),
-        (lambda a, b: 2 * a @ b.mT, "each entry is the dot product"),
-    ],
-)
-@pytest.mark.filterwarnings("ignore:The use of `x.T` on tensors:UserWarning")  # the mistake itself
-def test_pairwise_dot_names_each_mistake(candidate, phrase):
-    fails_with(check_pairwise_dot, candidate, "Likely cause", phrase)
-
-
-def test_pairwise_dot_a_2d_only_loop_fails_on_the_batch():
-    def loop_2d(a, b):
-        return torch.stack([torch.stack([torch.dot(x, y) for y in b]) for x in a])
-
-    fails_with(check_pairwise_dot, loop_2d, "Case 'a batch", "any number of leading axes")
-
-
-def test_pairwise_dot_wrong_types_and_dtypes():
-    fails_with(check_pairwise_dot, lambda a, b: (a @ b.mT).tolist(), "got list", "torch.stack")
-    fails_with(
-        check_pairwise_dot,
-        lambda a, b: (a @ b.mT).float(),
-        "Case 'float64",
-        "is torch.float32, expected torch.float64",
-        "dtype=x.dtype",
-    )
-
-
-def test_pairwise_dot_not_done(capsys):
-    not_done(check_pairwise_dot, skeleton, capsys)
-
-
-# ---------------------------------------------------------------- weighted_average
-
-
-def average_loop(weights, values):
-    out = torch.zeros(*weights.shape[:-1], values.size(-1), dtype=values.dtype)
-    for j in range(values.size(-2)):
-        out = out + weights[..., :, j, None] * values[..., None, j, :]
-    return out
-
-
-@pytest.mark.parametrize(
-    "candidate",
-    [
-        reference.weighted_average,
-        lambda w, v: torch.matmul(w, v),
-        lambda w, v: einsum(w, v, "... l s, ... s e -> ... l e"),
-        lambda w, v: (w.unsqueeze(-1) * v.unsqueeze(-3)).sum(-2),
-        lambda w, v: (w @ v) / w.sum(-1, keepdim=True),  # rows sum to 1: dividing changes nothing
-        average_loop,
-    ],
-)
-def test_weighted_average_accepts_every_correct_style(candidate, capsys):
-    passes(check_weighted_average, candidate, capsys)
-
-
-@pytest.mark.parametrize(
-    "candidate, phrase",
-    [
-        (lambda w, v: w.mT @ v, "you transposed the weights"),
-        (lambda w, v: v.mT @ w.mT, "is the transpose of the answer"),
+        (lambda s: torch.softmax(s, 0), "the first axis"),
+        (lambda s: s.exp() / s.exp().sum(-1, keepdim=True), "exp overflowed"),
+        (lambda s: s.exp(), "did not divide"),
+        (lambda s: s.exp() / s.exp().sum(), "sum of the whole tensor"),
         (
-            lambda w, v: v.mean(-2, keepdim=True).expand(*w.shape[:-1], v.size(-1)),
-            "plain mean of the values",
+            lambda s: (lambda e: e / e.sum(dim=0, keepdim=True))(
+                (s - s.amax(-1, keepdim=True)).exp()
+            ),
+            "the sums are taken down the columns",
         ),
-        (lambda w, v: v.mean(-2), "one row for all"),
-        (lambda w, v: (w @ v) / v.size(-2), "do not divide by S"),
-        (lambda w, v: w @ v + 1, "row i is sum over j"),
+        (
+            lambda s: (
+                softmax_stable(s - s.amax(0, keepdim=True)) * 0
+                + (lambda e: e / e.sum(-1, keepdim=True))((s - s.amax(0, keepdim=True)).exp())
+            ),
+            "you subtracted each column's max",
+        ),
+        (
+            lambda s: (lambda e: e / e.sum(-1, keepdim=True))((s - s.amax(-1)).exp()),
+            "lost their axis",
+        ),
     ],
 )
-def test_weighted_average_names_each_mistake(candidate, phrase):
-    fails_with(check_weighted_average, candidate, "Likely cause", phrase)
+def test_softmax_names_the_mistake(candidate, phrase):
+    fails_with(check_softmax, candidate, "Likely cause", phrase)
 
 
-def test_weighted_average_wrong_shape_and_dtype():
-    fails_with(
-        check_weighted_average,
-        lambda w, v: (w @ v).flatten(),
-        "your result has shape (12)",
-        "expected (3, 4)",
-        "(..., L, E)",
+def test_softmax_the_skeletons_first_step_then_the_wrong_sum_is_diagnosed():
+    """Lesson 00's skeleton starts with the row max subtracted; summing over dim 0 after it is the
+    classic slip, and it must not be blamed on the axis of the max."""
+
+    def softmax(scores):
+        shifted = scores - scores.amax(dim=-1, keepdim=True)
+        e = shifted.exp()
+        return e / e.sum(dim=0, keepdim=True)
+
+    message = fails_with(check_softmax, softmax, "Case 'a (3, 4) matrix", "taken down the columns")
+    assert "column's max" not in message and len(message.splitlines()) <= 15
+
+
+def test_not_done_yet_prints_and_returns(capsys):
+    def skeleton(scores):
+        raise NotImplementedError
+
+    assert check_softmax(skeleton) is None
+    assert "not done yet" in capsys.readouterr().out
+    assert check_softmax.passes(skeleton) is False
+    assert check_softmax.passes(softmax_stable) is True
+
+
+def test_a_crash_names_the_case_and_the_inputs():
+    def crashes(scores):
+        return scores @ torch.ones(3)
+
+    message = fails_with(
+        check_softmax, crashes, "Case 'a vector of 5 scores'", "RuntimeError", "tensor(5)"
     )
-    fails_with(
-        check_weighted_average,
-        lambda w, v: average_loop(w, v).float(),
-        "Case 'float64",
-        "expected torch.float64",
-    )
-
-
-def test_weighted_average_not_done(capsys):
-    not_done(check_weighted_average, skeleton, capsys)
+    assert "Likely cause" in message
 
 
 # ---------------------------------------------------------------- soft_lookup
@@ -229,7 +181,7 @@ def first_best(scores):
         ),
         (
             lambda s, t: first_best(s) if t == 0 else torch.softmax(s / t, -1),
-            "not the first of them alone (argmax)",
+            "not the first of them alone",
         ),
         (
             lambda s, t: (
@@ -277,8 +229,8 @@ def test_soft_lookup_names_the_mistakes_after_the_weights():
         w = reference.soft_lookup(q, k, v, t)[1]
         return v.mean(-2, keepdim=True).expand(*q.shape[:-1], v.size(-1)), w
 
-    fails_with(check_soft_lookup, validated(keys_T), "keys.T reverses *every* axis")
-    fails_with(check_soft_lookup, validated(transposed_weights), "no transpose")
+    fails_with(check_soft_lookup, validated(keys_T), "reverses every axis of batched keys")
+    fails_with(check_soft_lookup, validated(transposed_weights), "not with a column of them")
     fails_with(check_soft_lookup, validated(plain_mean), "plain mean of the values")
 
 
@@ -286,7 +238,7 @@ def test_soft_lookup_wants_a_pair_in_order():
     def weights_first(q, k, v, t=1.0):
         return tuple(reversed(reference.soft_lookup(q, k, v, t)))
 
-    fails_with(check_soft_lookup, weights_first, "the order of the pair: return (result, weights)")
+    fails_with(check_soft_lookup, weights_first, "the order of the pair; result comes first")
     fails_with(
         check_soft_lookup, lambda q, k, v, t=1.0: reference.soft_lookup(q, k, v, t)[0], "got Tensor"
     )
@@ -325,7 +277,7 @@ def test_soft_lookup_wants_a_value_error_that_names_the_argument():
         checks_temperature_only,
         "Case 'query (2, 4) and keys (3, 3)",
         "RuntimeError",
-        "raise ValueError with a message that names it, not a RuntimeError",
+        "raise a ValueError that names it, not a RuntimeError",
     )
     assert "in unchecked:" in message  # the learner's line that raised
 

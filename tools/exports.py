@@ -15,7 +15,7 @@ Both exports are made from the solution notebooks and the exercise registry
 * after the exercise's check cell comes one graded test cell. It fails unless the name is the
   learner's own definition (not the course's reference, which later cells put in its place) and
   passes its checker: ``check_X.passes(X)`` is False when the exercise is not done and raises the
-  checker's message when it is wrong. Points come from :data:`POINTS`;
+  checker's message when it is wrong. Points are each exercise's, as its checker module declares them;
 * every other cell is locked (nbgrader) or question text (otter); markdown cells tagged
   ``solution-only`` are left out, as in the course's exercise notebooks.
 
@@ -43,7 +43,6 @@ from mha_course.work import TODO, exercise_name  # noqa: E402
 from tools import authoring  # noqa: E402
 
 __all__ = [
-    "POINTS",
     "points",
     "guide_above",
     "nbgrader_notebook",
@@ -53,29 +52,11 @@ __all__ = [
     "hub_link",
 ]
 
-# Points per exercise for both exports: one point each, more for the bigger exercises. An
-# exercise that is not listed here gets DEFAULT_POINTS; a name listed here must be a registered
-# exercise (a test checks both).
-DEFAULT_POINTS = 1
-POINTS = {
-    "scaled_dot_product_attention": 3,
-    "MultiHeadAttention": 3,
-    "LayerNorm": 2,
-    "EncoderLayer": 3,
-    "load_layer": 2,
-    "attention_in_blocks": 3,
-    "ResidualBlock": 2,
-    "EncoderModel": 2,
-    "CharLM": 2,
-    "CachedAttention": 3,
-    "DecoderLayer": 2,
-    "sliding_window_attention": 3,
-}
-
 
 def points(name: str) -> int:
-    by_name(name)  # a ValueError for a name that is not an exercise
-    return POINTS.get(name, DEFAULT_POINTS)
+    """An exercise's points, as its checker module declares them (a ValueError for a name that
+    is not an exercise)."""
+    return by_name(name).points
 
 
 # ---------------------------------------------------------------- a lesson, with its graded cells
@@ -273,7 +254,7 @@ README = """\
 
 Written by `python tools/authoring.py export {tool} OUT/` from the course's solution notebooks:
 one assignment per lesson, {per}. Graded tests call the course's checkers; points per exercise
-come from `POINTS` in `tools/exports.py` (total {total}). The course package must be installed in
+are declared with each exercise's checker in `mha_course/checks/` (total {total}). The course package must be installed in
 the environment whose kernel runs the notebooks (the learners' and the grader's).
 
 {how}

@@ -21,6 +21,7 @@ The failures themselves are in :mod:`mha_course.checks._failure` (importable fro
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ from .._validate import shape_str
 from ..work import last_run
 from ._failure import CellDidNotRun, ExerciseFailure, NotDoneYet, _error_text, error_line
 from ._inspect import Helper, exercise_helpers, frame_lines, library_call, notebook_variable
+from ._registry import REGISTRY, Exercise, find, register
+from ._verdict import evaluate
 
 __all__ = [
     "ExerciseFailure",
@@ -38,6 +41,7 @@ __all__ = [
     "Mistake",
     "Checker",
     "checker",
+    "exercise",
     "call_candidate",
     "crashed",
     "error_line",
@@ -99,7 +103,11 @@ class Checker:
 
         When the answer fails and it uses another exercise's answer that is not done yet or
         does not pass its own check (a MultiHeadAttention calling the learner's split_heads),
-        the failure names that one instead."""
+        the failure names that one instead. The learner's random stream is left as it was."""
+        with torch.random.fork_rng(devices=[]):
+            return self._run(candidate, cell)
+
+    def _run(self, candidate, cell: bool) -> int:
         try:
             if cell:
                 self._require_cell_ran(candidate)
@@ -153,7 +161,7 @@ class Checker:
             )
         found = notebook_variable(candidate)
         if found is not None:
-            inside = "from self (keep __init__'s arguments on it: self.num_heads = num_heads) and "
+            inside = "from what __init__ was given (kept on self) and "
             raise ExerciseFailure(
                 "\n".join(
                     [
@@ -164,8 +172,8 @@ class Checker:
                     + [
                         f"Later lessons load your {name} without the notebook's variables, and the "
                         f"check uses other sizes. Take sizes "
-                        f"{inside if isinstance(candidate, type) else ''}from the inputs instead, "
-                        "e.g. d_k = query.size(-1) or B, L, E = x.shape."
+                        f"{inside if isinstance(candidate, type) else ''}from the inputs' shapes "
+                        "instead."
                     ]
                 )
             )
@@ -178,9 +186,7 @@ _BEING_CHECKED: set[str] = set()  # the exercises whose helpers are being checke
 
 def _helpers(exercise: str, candidate) -> list[Helper]:
     """The learner's answers to other registered exercises that ``candidate`` uses."""
-    from .. import exercises  # the registry imports the checkers: import it when it is needed
-
-    names = {e.name for e in exercises.EXERCISES} - {exercise}
+    names = {e.name for e in REGISTRY} - {exercise}
     try:
         return exercise_helpers(candidate, names)
     except Exception:  # reading the answer's code must never hide the answer's own failure
@@ -206,14 +212,12 @@ def _helpers_not_done(exercise: str, candidate, error: BaseException) -> NotDone
 def _raise_for_failing_helper(exercise: str, candidate, cell: bool) -> None:
     """Raise the failure that names the first helper of ``candidate`` that does not pass its
     own check, if there is one (``candidate`` itself has just failed)."""
-    from .. import exercises
-
     if exercise in _BEING_CHECKED:
         return
     _BEING_CHECKED.add(exercise)
     try:
         for helper in _helpers(exercise, candidate):
-            verdict = exercises.evaluate(exercises.by_name(helper.name), helper.value, cell=cell)
+            verdict = evaluate(find(helper.name), helper.value, cell=cell)
             if not verdict.passed:
                 raise ExerciseFailure(_helper_message(exercise, helper, verdict)) from None
     finally:
@@ -241,18 +245,54 @@ def _helper_message(exercise: str, helper: Helper, verdict) -> str:
 
 
 def checker(exercise: str, what_to_do: str, *, own_work: dict | None = None) -> Callable:
-    """Turn ``run_cases(candidate) -> number of cases`` into a :class:`Checker`.
-
-    ``exercise`` is what the learner writes (the registry's name wins if they differ);
-    ``own_work`` names the library routines the exercise replaces ({"torch's ...": routine}):
-    an answer that calls one fails at once. The checker returns None (so a notebook cell shows
-    only its message); ``check.passes(candidate)`` is the quiet form for code.
-    """
+    """Turn ``run_cases(candidate) -> number of cases`` into a :class:`Checker` (not registered:
+    :func:`exercise` declares one)."""
 
     def decorate(run_cases: Callable[..., int]) -> Checker:
         return Checker(run_cases, exercise, what_to_do, own_work)
 
     return decorate
+
+
+def exercise(
+    name: str,
+    lesson: str,
+    *,
+    reference,
+    todo: str,
+    points: int = 1,
+    own_work: dict | None = None,
+    table=None,
+):
+    """Declare an exercise: ``name`` is what the learner writes in lesson ``lesson``,
+    ``reference`` is used in its place until it passes, ``todo`` says what to write (shown while
+    it is not done yet), ``points`` count in the grader, ``own_work`` names the library routines
+    the exercise replaces ({"torch's ...": routine}: an answer that calls one fails at once).
+
+    With ``table`` (a :class:`~._table.Table`) it returns the registered :class:`Checker`, named
+    ``check_<name in snake case>``; without, it decorates ``run_cases(candidate) -> number of
+    cases``."""
+
+    def decorate(run_cases: Callable[..., int]) -> Checker:
+        check = Checker(run_cases, name, todo, own_work)
+        register(Exercise(name, lesson, check, reference, points))
+        return check
+
+    if table is None:
+        return decorate
+    from ._table import run  # the table's loop (it imports this module's primitives)
+
+    def run_table(candidate) -> int:
+        return run(candidate, table, name)
+
+    run_table.__name__ = run_table.__qualname__ = f"check_{snake_case(name)}"
+    run_table.__doc__ = f"Check ``{name}`` against its reference, case by case."
+    return decorate(run_table)
+
+
+def snake_case(name: str) -> str:
+    """``MultiHeadAttention`` -> ``multi_head_attention``, ``CharLM`` -> ``char_lm``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
 _KNOWN_CRASHES = (
@@ -263,11 +303,11 @@ _KNOWN_CRASHES = (
     ),
     (
         "on a bool tensor is not supported",
-        "a bool mask is inverted with ~attn_mask (or attn_mask.logical_not()), not -attn_mask.",
+        "a minus sign does not invert a bool mask: the logical not does (the ~ operator).",
     ),
     (
         "with a bool tensor is not supported",
-        "a bool mask is inverted with ~attn_mask (or attn_mask.logical_not()), not 1 - attn_mask.",
+        "one minus a bool mask is no inverted mask: the logical not is (the ~ operator).",
     ),
 )
 
@@ -441,5 +481,5 @@ def _row(t: torch.Tensor, row: tuple[int, ...]) -> str:
     values = t[row] if row else t
     shown = ", ".join(f"{v:.3f}" for v in values.flatten()[:8].tolist())
     more = ", ..." if values.numel() > 8 else ""
-    where = f"[{', '.join(map(str, row))}, :]" if row else "[:]"
+    where = f"row {list(row)}" if row else "all"
     return f"{where} = [{shown}{more}]"

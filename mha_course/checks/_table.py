@@ -1,0 +1,481 @@
+"""The one loop every checker runs: a table of cases, each called, its result held to the
+reference's, and the classic mistakes run on the same inputs to name the cause.
+
+A checker is mostly data:
+
+    SOFTMAX = Table(
+        cases=softmax_cases,               # () -> Case(name, args, kwargs), ...
+        reference=lambda s: s.softmax(-1),  # same call as the answer; runs in float64
+        mistakes=[Mistake(...), ...],       # classic wrong answers, same call
+        outputs=[Out("the weights")],       # what is compared, in order
+    )
+
+For each case, :func:`run`
+
+1. calls the answer (``table.call(candidate, case)``, by default ``candidate(*args, **kwargs)`` on
+   copies of the inputs); a crash is named by the classic mistake that crashes the same way, or
+   by ``table.crash``;
+2. runs the reference on float64 copies of the inputs (float32 answers are compared to the
+   tolerance ``atol``/``rtol``);
+3. runs ``table.shape_checks`` (order of a pair, a tuple where one was expected, ...);
+4. holds each :class:`Out` of the answer's result to the reference's: its type, shape, dtype
+   (bool outputs, or ``Out(dtype=True)``) and values; a wrong one is explained by the first
+   classic mistake that gives the same values, else by ``Out.cause``, else ``Out.fallback``.
+
+A hint (``crash``, ``shape_hint``, ``cause``, ``fallback``) is a text or a function
+``hint(got, case) -> text or None``; every text names the cause and where to look, never the
+corrected line of code (tests/test_checker_messages.py holds every message to that).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from .._validate import shape_str
+from ._core import Mistake, _close, call_candidate, compare, count, your
+from ._failure import ExerciseFailure
+
+__all__ = [
+    "Case",
+    "Out",
+    "Table",
+    "run",
+    "pair",
+    "require_value_error",
+    "call_diagnosed",
+    "in_double",
+    "require_tensor",
+    "require_count",
+    "build_module",
+    "copy_weight_and_bias",
+    "seeded_randn",
+    "reverse_axes",
+]
+
+Hint = str | Callable[..., str | None] | None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call: what the case is (its name shows in every message), and the arguments the
+    answer, the reference and the classic mistakes are called with."""
+
+    name: str
+    args: tuple = ()
+    kwargs: Mapping = field(default_factory=dict)
+    extra: Mapping = field(default_factory=dict)  # what a table's own call needs (sizes, seeds)
+    raises: tuple[str, ...] = ()  # a bad input: a ValueError whose message names one of these
+    why: str = ""  # ... and why the input is bad, for the learner whose code does not raise
+
+
+@dataclass(frozen=True)
+class Out:
+    """One compared part of a result: ``what`` names its values, plural ("the weights");
+    ``pick`` takes it from a result (an index into a tuple, or a function; None: the result)."""
+
+    what: str = "the result"
+    pick: int | Callable | None = None
+    shape_hint: Hint = None
+    cause: Hint = None  # tried before ``fallback`` when no classic mistake matches
+    fallback: Hint = None
+    dtype: bool = False  # hold the dtype to the reference's too (always, for a bool output)
+    atol: float | None = None
+    rtol: float | None = None
+
+    def of(self, result):
+        if self.pick is None:
+            return result
+        return self.pick(result) if callable(self.pick) else result[self.pick]
+
+
+@dataclass(frozen=True)
+class Table:
+    cases: Callable[[], Iterable[Case]]
+    reference: Callable
+    mistakes: Sequence[Mistake] | Callable[[Case], Sequence[Mistake]] = ()
+    outputs: Sequence[Out] = (Out(),)
+    call: Callable | None = None  # call(candidate, case, table) -> result; None: a plain call
+    crash: Hint = ""
+    shape_checks: Sequence[Callable] = ()  # check(case, got, expected): raise ExerciseFailure
+    double: bool = True  # run the reference and the mistakes on float64 copies of the inputs
+    atol: float = 1e-5
+    rtol: float = 1e-4
+
+    def mistakes_for(self, case: Case) -> Sequence[Mistake]:
+        return self.mistakes(case) if callable(self.mistakes) else self.mistakes
+
+
+def run(candidate, table: Table, name: str = "answer") -> int:
+    """Run ``candidate`` (the learner's ``name``) through every case of ``table``; the number of
+    cases it passed."""
+    __tracebackhide__ = True  # noqa: F841
+    n = 0
+    for case in table.cases():
+        if case.raises:
+            require_value_error(candidate, case, name)
+            n += 1
+            continue
+        mistakes = table.mistakes_for(case)
+        if table.call is None:
+            got = call_diagnosed(candidate, case, mistakes, table.crash)
+        else:
+            got = table.call(candidate, case, table)
+        args, kwargs = _inputs(case, table.double)
+        with torch.no_grad():
+            expected = table.reference(*args, **kwargs)
+        for shape_check in table.shape_checks:
+            shape_check(case, got, expected)
+        for out in table.outputs:
+            _hold(case, out, got, expected, mistakes, (args, kwargs), table)
+        n += 1
+    return n
+
+
+def _inputs(case: Case, double: bool) -> tuple[tuple, dict]:
+    if not double:
+        return _clones(case.args), {k: _clone(v) for k, v in case.kwargs.items()}
+    return in_double(case.args), {k: _double(v) for k, v in case.kwargs.items()}
+
+
+def _hold(case: Case, out: Out, got, expected, mistakes, inputs, table: Table) -> None:
+    """Fail unless ``out`` of ``got`` is ``out`` of ``expected``: type, shape, dtype, values."""
+    __tracebackhide__ = True  # noqa: F841
+    g, e = out.of(got), out.of(expected)
+    atol, rtol = out.atol or table.atol, out.rtol or table.rtol
+    if isinstance(e, int) and not isinstance(e, bool):
+        args, kwargs = inputs
+        require_count(case.name, out.what, g, e, _picked(mistakes, out, kwargs), args)
+        return
+    if not isinstance(g, torch.Tensor):
+        raise ExerciseFailure(_not_a_tensor(case.name, out.what, g))
+    args, kwargs = inputs
+    dtype_ok = g.dtype == e.dtype or not (out.dtype or e.dtype == torch.bool)
+    if g.shape == e.shape and dtype_ok and _close(g, e, atol, rtol):
+        return
+    cause = _diagnose(_picked(mistakes, out, kwargs), g, e, args, atol, rtol)
+    _require_shape(case.name, out.what, g, e.shape, cause or _hint(out.shape_hint, g, case))
+    if e.dtype == torch.bool or (out.dtype and g.dtype != e.dtype):
+        _require_dtype(case.name, out.what, g, e, cause)
+    if e.dtype == torch.bool:
+        _compare_bool(case.name, out.what, g, e, cause or _hint(out.fallback, g, case))
+        return
+    compare(
+        case.name,
+        out.what,
+        g,
+        e,
+        atol=atol,
+        rtol=rtol,
+        cause=cause or _hint(out.cause, g, case),
+        fallback_cause=_hint(out.fallback, g, case),
+    )
+
+
+def _require_shape(case: str, what: str, got: torch.Tensor, shape, hint: str) -> None:
+    if tuple(got.shape) == tuple(shape):
+        return
+    verb = "have" if what.endswith("s") else "has"
+    raise ExerciseFailure(
+        f"Case {case!r}: {your(what)} {verb} shape {shape_str(got.shape)}, expected "
+        f"{shape_str(shape)}." + (f"\nLikely cause: {hint}" if hint else "")
+    )
+
+
+def _diagnose(mistakes: Sequence[Mistake], got, expected, args, atol, rtol) -> str | None:
+    """The explanation of the first classic mistake that gives what the answer gave (and, on
+    these inputs, not what the reference gives: there it is no mistake)."""
+    for mistake in mistakes:
+        try:
+            with torch.no_grad():
+                wrong = mistake.run(*args)
+        except Exception:  # a mistake that cannot run on these inputs cannot be the cause
+            continue
+        if not isinstance(wrong, torch.Tensor) or _close(wrong, expected, atol, rtol):
+            continue
+        if _close(got, wrong, atol, rtol, equal_nan=True):
+            return mistake.explanation
+    return None
+
+
+def _picked(mistakes: Sequence[Mistake], out: Out, kwargs: dict) -> list[Mistake]:
+    """The mistakes as functions of the case's positional inputs, giving ``out``'s part."""
+    return [
+        Mistake(m.name, lambda *a, m=m: out.of(m.run(*a, **kwargs)), m.explanation)
+        for m in mistakes
+    ]
+
+
+def _hint(hint: Hint, got, case: Case) -> str:
+    return (hint(got, case) if callable(hint) else hint) or ""
+
+
+def _not_a_tensor(case: str, what: str, got) -> str:
+    made = type(got).__name__
+    tip = {
+        "list": " A list of tensors is not one tensor: stack them.",
+        "tuple": " Return only this result, not a tuple.",
+        "float": " .item() turns a tensor into a Python number: keep the tensor.",
+        "NoneType": " A function that ends without `return` gives None.",
+    }.get(made, "")
+    return f"Case {case!r}: {what} should be a torch.Tensor, got {made}.{tip}"
+
+
+def pair(first: str, second: str) -> Callable:
+    """A shape check for a result that is a pair ``(first, second)`` of tensors: a pair it is,
+    in that order (the shapes, or the values, of the two swapped are named)."""
+
+    def check(case: Case, got, expected) -> None:
+        if not (isinstance(got, tuple) and len(got) == 2):
+            length = f" of length {len(got)}" if isinstance(got, tuple) else ""
+            raise ExerciseFailure(
+                f"Case {case.name!r}: the result should be a pair ({first}, {second}); got "
+                f"{type(got).__name__}{length}."
+            )
+        a, b = got
+        if not all(isinstance(t, torch.Tensor) for t in (a, b)):
+            return
+        e_a, e_b = expected
+        swapped_shapes = a.shape == e_b.shape and b.shape == e_a.shape and a.shape != b.shape
+        swapped_values = (
+            a.shape == b.shape and _close(a, e_b, 1e-5, 1e-4) and _close(b, e_a, 1e-5, 1e-4)
+        )
+        if swapped_shapes or (swapped_values and not _close(a, e_a, 1e-5, 1e-4)):
+            raise ExerciseFailure(
+                f"Case {case.name!r}: the pair came as ({second}, {first}): the first tensor is "
+                f"{shape_str(a.shape)}, the second {shape_str(b.shape)}.\nLikely cause: the order "
+                f"of the pair; {first} comes first."
+            )
+
+    return check
+
+
+def require_value_error(candidate, case: Case, name: str = "answer") -> None:
+    """The answer must raise ValueError on the case's bad input, naming one of ``case.raises``."""
+    __tracebackhide__ = True  # noqa: F841
+    try:
+        call_candidate(candidate, case.name, *_clones(case.args), **case.kwargs)
+    except ExerciseFailure as failure:
+        error = failure.raised
+        if error is None:
+            raise
+        if isinstance(error, ValueError):
+            if any(word in str(error).lower() for word in case.raises):
+                return
+            raise ExerciseFailure(
+                f"Case {case.name!r}: your ValueError says {str(error)!r}.\nLikely cause: the "
+                f"message should name what is wrong ({' or '.join(case.raises)}) and the numbers "
+                "it got."
+            ) from error
+        raise failure.with_cause(
+            f"{case.why}. Check it yourself before computing, and raise a ValueError that names "
+            f"it, not a {type(error).__name__} from deep inside."
+        ) from error
+    raise ExerciseFailure(
+        f"Case {case.name!r}: your {name} returned a result; it should raise ValueError.\n"
+        f"Likely cause: {case.why}. Check it first, and raise a ValueError that names it."
+    )
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def _clone(x):
+    return x.clone() if isinstance(x, torch.Tensor) else x
+
+
+def _clones(args: Sequence) -> tuple:
+    return tuple(_clone(a) for a in args)
+
+
+def _double(x):
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x.detach().double()
+    return _clone(x)
+
+
+def in_double(args: Sequence) -> tuple:
+    """Copies of ``args``, every float tensor in float64."""
+    return tuple(_double(a) for a in args)
+
+
+def seeded_randn(seed: int, dtype=torch.float32) -> Callable[..., torch.Tensor]:
+    """``randn(*shape)`` from a generator of its own: a checker's cases are the same on every
+    run, and the learner's random stream is left alone."""
+    g = torch.Generator().manual_seed(seed)
+    return lambda *shape: torch.randn(*shape, generator=g, dtype=dtype)
+
+
+def reverse_axes(t: torch.Tensor) -> torch.Tensor:
+    """What ``t.T`` does to a tensor of any number of axes (without torch's warning)."""
+    return t.permute(*reversed(range(t.dim())))
+
+
+# ---------------------------------------------------------------- calling the answer
+
+
+def _crash_cause(error: BaseException, mistakes: Sequence[Mistake], case: Case) -> str | None:
+    """The explanation of the first mistake that crashes on the case exactly as the answer did."""
+    for mistake in mistakes:
+        try:
+            with torch.no_grad():
+                mistake.run(*_clones(case.args), **{k: _clone(v) for k, v in case.kwargs.items()})
+        except Exception as other:
+            if type(other) is type(error) and str(other) == str(error):
+                return mistake.explanation
+    return None
+
+
+def call_diagnosed(candidate: Callable, case: Case, mistakes: Sequence[Mistake] = (), crash=""):
+    """``candidate(*args, **kwargs)`` on copies of the case's inputs; a crash names the classic
+    mistake that crashes the same way, else ``crash``."""
+    __tracebackhide__ = True  # noqa: F841
+    kwargs = {k: _clone(v) for k, v in case.kwargs.items()}
+    try:
+        hint = crash(None, case) if callable(crash) else crash
+        return call_candidate(candidate, case.name, *_clones(case.args), crash_hint=hint, **kwargs)
+    except ExerciseFailure as failure:
+        error = failure.raised
+        cause = _crash_cause(error, mistakes, case) if error is not None else None
+        if cause is None:
+            raise
+        raise failure.with_cause(cause) from error
+
+
+def build_module(candidate, case: Case, sizes: Sequence) -> nn.Module:
+    """``candidate(*sizes)``: the learner's class, built as its skeleton says, with a message of
+    its own for an instance passed in and for a class that is not an ``nn.Module``."""
+    __tracebackhide__ = True  # noqa: F841
+    name = getattr(candidate, "__name__", type(candidate).__name__)
+    if isinstance(candidate, nn.Module):
+        raise ExerciseFailure(
+            f"Pass the class itself, not an instance of {name}: the checker builds its own, with "
+            "several sizes."
+        )
+    module = call_candidate(candidate, case.name, *sizes)
+    if not isinstance(module, nn.Module):
+        raise ExerciseFailure(
+            f"Case {case.name!r}: {name}(...) gave a {type(module).__name__}, not an nn.Module.\n"
+            f"Likely cause: the class does not derive from nn.Module, or its __init__ does not "
+            f"start by setting up the nn.Module."
+        )
+    return module
+
+
+def copy_weight_and_bias(part, weight, bias, case: str, where: str, made: str) -> None:
+    """Copy ``weight`` and ``bias`` (None: none expected) into the learner's ``part`` (a Linear or
+    a LayerNorm), or say which one is missing or of the wrong shape (``where`` is the part as the
+    learner reaches it, ``self.q_proj``; ``made`` what it should be, in words)."""
+    with torch.no_grad():
+        for name, value in (("weight", weight), ("bias", bias)):
+            target = getattr(part, name, None)
+            if value is None:
+                if isinstance(target, torch.Tensor):
+                    raise ExerciseFailure(
+                        f"Case {case!r}: {where} has a {name}; it should be {made}."
+                    )
+                continue
+            if not isinstance(target, torch.Tensor):
+                raise ExerciseFailure(f"Case {case!r}: {where} has no {name}; it should be {made}.")
+            if target.shape != value.shape:
+                raise ExerciseFailure(
+                    f"Case {case!r}: {where}.{name} has shape {shape_str(target.shape)}, "
+                    f"expected {shape_str(value.shape)}: {where} should be {made}."
+                )
+            target.copy_(value)
+
+
+# ---------------------------------------------------------------- holding a result
+
+
+def require_tensor(
+    case: str, what: str, got, expected: torch.Tensor, mistakes, args, **hints
+) -> None:
+    """Hold one tensor to ``expected`` outside a table (``hints``: shape_hint, cause, fallback,
+    dtype, atol, rtol as :class:`Out`'s); the mistakes are run on ``args``."""
+    __tracebackhide__ = True  # noqa: F841
+    out = Out(what, None, **hints)
+    table = Table(cases=tuple, reference=lambda: expected)
+    _hold(Case(case, tuple(args)), out, got, expected, mistakes, (tuple(args), {}), table)
+
+
+def _require_dtype(case: str, what: str, got, expected, cause: str | None = None) -> None:
+    if got.dtype == expected.dtype:
+        return
+    if expected.dtype == torch.bool:
+        right = bool(((got != 0) == expected).all())
+        verdict = " (its True/False pattern is right)" if right else ""
+        raise ExerciseFailure(
+            f"Case {case!r}: {what} are {got.dtype}{verdict}; expected a bool tensor."
+            + (f"\nLikely cause: {cause}" if cause else "")
+        )
+    cause = cause or (
+        "a tensor made inside your function with the default dtype instead of the inputs' dtype."
+    )
+    raise ExerciseFailure(
+        f"Case {case!r}: {what} are {got.dtype}, expected {expected.dtype} (the dtype of the "
+        f"inputs).\nLikely cause: {cause}"
+    )
+
+
+def _compare_bool(case: str, what: str, got, expected, cause: str) -> None:
+    """Fail unless the bool tensors are equal; show the first row where they differ."""
+    wrong = got != expected
+    if not wrong.any():
+        return
+    first = tuple(int(i) for i in wrong.nonzero()[0])
+    row = first[:-1]
+
+    def show(t):
+        values = (t[row] if row else t).flatten().tolist()
+        more = ", ..." if len(values) > 8 else ""
+        return f"[{', '.join(str(v) for v in values[:8])}{more}]"
+
+    where = f"row {list(row)}" if row else "all"
+    message = [
+        f"Case {case!r}: {what} differ from the reference at {count(int(wrong.sum()), 'place')}, "
+        f"first at {list(first)}.",
+        f"  expected {where} = {show(expected)}",
+        f"  got      {where} = {show(got)}",
+    ]
+    if cause:
+        message.append(f"Likely cause: {cause}")
+    raise ExerciseFailure("\n".join(message))
+
+
+def require_count(case: str, what: str, got, expected: int, mistakes, args) -> None:
+    """Fail unless ``got`` is the int ``expected``; name the mistake (run on ``args``) giving ``got``."""
+    __tracebackhide__ = True  # noqa: F841
+    if isinstance(got, torch.Tensor):
+        raise ExerciseFailure(
+            f"Case {case!r}: {what} should be a Python int, got a tensor.\nLikely cause: a count "
+            "is computed from the sizes you are given, which are ints: no tensor is needed."
+        )
+    if isinstance(got, bool) or not isinstance(got, numbers.Real):
+        raise ExerciseFailure(f"Case {case!r}: {what} should be an int, got {type(got).__name__}.")
+    if not isinstance(got, numbers.Integral):
+        right = " (the number is right)" if got == expected else ""
+        raise ExerciseFailure(
+            f"Case {case!r}: {what} should be an int, got the float {got!r}{right}.\n"
+            "Likely cause: a true division (/) or a float somewhere: a count of whole things is "
+            "an int."
+        )
+    if got == expected:
+        return
+    cause = next((m.explanation for m in mistakes if _runs_to(m, args) == got), None)
+    ratio = f" ({got / expected:.3g} × the reference)" if expected else ""
+    raise ExerciseFailure(
+        f"Case {case!r}: {what} differ from the reference.\n  expected {expected:,}\n"
+        f"  got      {got:,}{ratio}" + (f"\nLikely cause: {cause}" if cause else "")
+    )
+
+
+def _runs_to(mistake: Mistake, args: Sequence):
+    try:
+        return mistake.run(*args)
+    except Exception:  # a mistake that cannot run on these inputs cannot be the cause
+        return None
