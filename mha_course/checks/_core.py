@@ -70,6 +70,7 @@ class Checker:
         functools.update_wrapper(self, run_cases)
         self._run_cases, self._exercise, self.what_to_do = run_cases, exercise, what_to_do
         self.own_work = dict(own_work or {})  # {"torch's ...": routine the learner must not call}
+        self.table = None  # the case table, for a checker declared with one
 
     @property
     def exercise(self) -> str:
@@ -287,7 +288,9 @@ def exercise(
 
     run_table.__name__ = run_table.__qualname__ = f"check_{snake_case(name)}"
     run_table.__doc__ = f"Check ``{name}`` against its reference, case by case."
-    return decorate(run_table)
+    check = decorate(run_table)
+    check.table = table  # what it checks, as data: cases, tolerances, mistakes
+    return check
 
 
 def snake_case(name: str) -> str:
