@@ -205,6 +205,34 @@ def _watch_exercise_cells() -> None:
         for cb in callbacks
     ):
         shell.events.register("post_run_cell", after_cell)
+    shell.set_custom_exc((NameError,), _undefined_exercise)
+
+
+def undefined_exercise_message(error: NameError) -> str | None:
+    """What to do when a cell uses an exercise's answer that is not defined: after a restart,
+    a check cell run before its exercise cell (None when the name is no exercise's)."""
+    name = getattr(error, "name", None)
+    if name not in {e.name for e in EXERCISES}:
+        return None
+    lesson = next(e.lesson for e in EXERCISES if e.name == name)
+    return (
+        f"NameError: `{name}` is not defined yet: this kernel has not run its exercise cell. Run "
+        f"the cell that starts with `# exercise: {name}` (lesson {lesson}) first, then this one. "
+        "(After a restart, a notebook's variables are gone until their cells run again: "
+        "Run > Run All Above does it in one step.)"
+    )
+
+
+def _undefined_exercise(shell, etype, value, tb, tb_offset=None):
+    """IPython's handler for NameError: shows the message above for an exercise's name, the
+    usual traceback for any other name (IPython's run_code leaves the showing to the handler)."""
+    message = undefined_exercise_message(value)
+    if message is None:
+        shown = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+    else:
+        shown = [message]
+    shell._showtraceback(etype, value, shown)  # an error output in Jupyter, text in a terminal
+    return shown
 
 
 # ---------------------------------------------------------------- answers from earlier lessons

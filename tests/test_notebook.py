@@ -321,3 +321,30 @@ def test_expect_prints_whether_the_statement_holds(capsys):
         "✔ pre-LN converges (loss < 0.1)",
         "✘ not so on this run: post-LN stalls (loss > 1)",
     ]
+
+
+def test_a_check_run_before_its_exercise_cell_says_which_cell_to_run(tmp_path, monkeypatch, capsys):
+    """After a restart, ``check_softmax(softmax)`` run before the exercise cell: the NameError
+    names the cell to run, not a bare traceback; another undefined name keeps IPython's own."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.setenv(work.WORK_DIR_VARIABLE, str(tmp_path))
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell("from mha_course.notebook import start\ndevice = start(seed=0)")
+        shell.user_ns.pop("softmax", None)
+        capsys.readouterr()
+        result = shell.run_cell(
+            "from mha_course.checks import check_softmax\ncheck_softmax(softmax)"
+        )
+        assert isinstance(result.error_in_exec, NameError)
+        shown = "".join(capsys.readouterr())
+        assert "`softmax` is not defined yet" in shown
+        assert "`# exercise: softmax` (lesson 00) first" in shown
+        assert "Traceback" not in shown and "check_softmax(softmax)" not in shown
+        shell.run_cell("not_an_exercise + 1")
+        shown = "".join(capsys.readouterr())
+        assert "NameError" in shown and "exercise cell" not in shown
+    finally:
+        shell.set_custom_exc((), None)
+        InteractiveShell.clear_instance()
