@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import re
 import sys
@@ -41,65 +42,35 @@ if str(ROOT / "tools") not in sys.path:  # and the other authoring tools beside 
 from mha_course import lessons  # noqa: E402
 from mha_course.work import WORK_DIR_VARIABLE, exercise_name  # noqa: E402
 
+
+def _beside(name: str):
+    """The module ``name`` beside this file, by its path: a copy of the course (a fork being
+    set up) reads its own pyproject.toml, never this checkout's."""
+    spec = importlib.util.spec_from_file_location(
+        f"{__name__}.{name}", Path(__file__).with_name(f"{name}.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_repository = _beside("repository")  # where the course lives (shared with tools/exports.py)
+repository_url, course_ref, release_tag = (
+    _repository.repository_url,
+    _repository.course_ref,
+    _repository.release_tag,
+)
+colab_url, binder_url, RELEASE = _repository.colab_url, _repository.binder_url, _repository.RELEASE
+COLAB_BADGE, BINDER_BADGE = _repository.COLAB_BADGE, _repository.BINDER_BADGE
+_pyproject, _tool_table, _github_path = (
+    _repository._pyproject,
+    _repository._tool_table,
+    _repository._github_path,
+)
+
 NOTEBOOKS = ROOT / "notebooks"
 SOLUTIONS = NOTEBOOKS / "solutions"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-
-
-def repository_url() -> str:
-    """The course's repository URL: defined once, in pyproject.toml's [project.urls]."""
-    match = re.search(r'^Repository\s*=\s*"([^"]+)"', _pyproject(), re.MULTILINE)
-    if match is None:
-        raise RuntimeError("pyproject.toml has no [project.urls] Repository entry")
-    return match.group(1)
-
-
-def _pyproject() -> str:
-    return (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-
-
-RELEASE = "release"
-"""The ``ref`` setting that means the release tag, ``v`` + ``mha_course.__version__``."""
-
-
-def release_tag() -> str:
-    from mha_course import __version__
-
-    return f"v{__version__}"
-
-
-def course_ref() -> str:
-    """The git ref the badges and the Colab set-up cell name: pyproject.toml's
-    ``[tool.mha-course] ref``; ``"release"`` (the default) is :func:`release_tag`."""
-    match = re.search(r'^ref\s*=\s*"([^"]+)"', _tool_table(), re.MULTILINE)
-    ref = match.group(1) if match else RELEASE
-    return release_tag() if ref == RELEASE else ref
-
-
-def _tool_table() -> str:
-    text = _pyproject()
-    start = text.find("[tool.mha-course]")
-    if start < 0:
-        return ""
-    end = text.find("\n[", start + 1)
-    return text[start : None if end < 0 else end]
-
-
-def _github_path() -> str:
-    """``owner/name`` of the repository on GitHub."""
-    return repository_url().removeprefix("https://github.com/").rstrip("/")
-
-
-def colab_url(path_in_repo: str) -> str:
-    return f"https://colab.research.google.com/github/{_github_path()}/blob/{course_ref()}/{path_in_repo}"
-
-
-def binder_url() -> str:
-    return f"https://mybinder.org/v2/gh/{_github_path()}/{course_ref()}?urlpath=lab/tree/notebooks"
-
-
-COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
-BINDER_BADGE = "https://mybinder.org/badge_logo.svg"
 
 
 def badges_line(path_in_repo: str) -> str:

@@ -40,7 +40,7 @@ if str(ROOT) not in sys.path:
 from mha_course import lessons  # noqa: E402
 from mha_course.exercises import EXERCISES, Exercise, by_name  # noqa: E402
 from mha_course.work import TODO, exercise_name  # noqa: E402
-from tools import authoring  # noqa: E402
+from tools import repository  # noqa: E402
 
 __all__ = [
     "points",
@@ -190,7 +190,7 @@ def lesson_number(path: Path) -> str:
 def graded_lessons(only: list[str] | None = None) -> list[Path]:
     """The solution notebooks of the lessons that have exercises (``only``: these lessons)."""
     with_exercises = {e.lesson for e in EXERCISES}
-    return [p for p in authoring.solution_paths(only) if lesson_number(p) in with_exercises]
+    return [p for p in lessons.solution_paths(ROOT, only) if lesson_number(p) in with_exercises]
 
 
 # ---------------------------------------------------------------- nbgrader
@@ -306,14 +306,14 @@ def _yaml(value, indent: str = "") -> list[str]:
 
 def _course_ref() -> str:
     """The git ref the course's links name (``course_ref`` where the authoring tool has it)."""
-    return getattr(authoring, "course_ref", authoring.release_tag)()
+    return repository.course_ref()
 
 
 def otter_config(name: str, colab: bool = False) -> dict:
     config = {
         "name": name,
         # for otter's grading image (`otter grade`); `otter run` uses the environment it runs in
-        "requirements": [f"mha-course @ git+{authoring.repository_url()}@{_course_ref()}"],
+        "requirements": [f"mha-course @ git+{repository.repository_url()}@{_course_ref()}"],
         "export_cell": {"pdf": False},
     }
     if colab:  # otter needs test files on Colab
@@ -383,15 +383,15 @@ def hub_link(hub_url: str, lesson: str | None = None, branch: str | None = None)
         raise ValueError(
             f"HUB_URL must be the hub's address, like https://hub.example.org, got {hub_url!r}"
         )
-    repo = authoring.repository_url()
+    repo = repository.repository_url()
     # nbgitpuller clones into a folder named like the repository's last part (its `targetpath`
     # default), relative to the folder the user's server starts in
     folder = repo.rstrip("/").split("/")[-1]
     target = "notebooks"
     if lesson is not None:
-        paths = authoring.solution_paths([lesson])
+        paths = lessons.solution_paths(ROOT, [lesson])
         if not paths:
-            known = ", ".join(lesson_number(p) for p in authoring.solution_paths())
+            known = ", ".join(lesson_number(p) for p in lessons.solution_paths(ROOT))
             raise ValueError(f"no lesson {lesson!r}; the lessons are {known}")
         target = f"notebooks/{paths[0].name}"
     query = {
@@ -440,7 +440,7 @@ def run(args) -> int:
             print(f"hub-link: {error}", file=sys.stderr)
             return 2
         ref = args.branch or _course_ref()
-        if ref == authoring.release_tag():
+        if ref == repository.release_tag():
             print(TAG_NOTE.format(ref=ref), file=sys.stderr)
         return 0
     if args.colab and args.tool != "otter":
