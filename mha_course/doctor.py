@@ -343,7 +343,8 @@ def run_checks() -> list[Check]:
         return results  # nothing else can run without torch
     results.append(check_device())
     results.append(check_package())
-    checked_apart = ("torch", "ipython", "ipywidgets")  # by check_torch, _ipython, _widgets
+    # checked by check_torch, check_ipython, check_widgets, check_triton (Linux only, optional)
+    checked_apart = ("torch", "ipython", "ipywidgets", "triton")
     results.extend(
         check_dependency(r) for r in _requirements() if _lower_bound(r)[0] not in checked_apart
     )
