@@ -27,7 +27,8 @@ the mode Triton was imported in, whenever they were defined, and says so plainly
 needs the interpreter that Triton did not start in.
 
 Tile sizes: in the interpreter, :data:`INTERPRETER_BLOCKS`; on a GPU, Triton's autotuner times
-:data:`GPU_CONFIGS` at the first call for each (L, S, D, causal, dtype) and keeps the fastest.
+:data:`GPU_CONFIGS` (for this kind of GPU) at the first call for each (L, S, D, causal, dtype),
+and keeps the fastest.
 """
 
 from __future__ import annotations
@@ -65,14 +66,13 @@ MAX_HEAD_DIM = 128
 the next power of two, at least 16 (the smallest side ``tl.dot`` takes)."""
 INTERPRETER_BLOCKS = (16, 16)
 """(BLOCK_M, BLOCK_N) in the interpreter: small tiles, so that small inputs span several."""
-GPU_CONFIGS = [
-    # (BLOCK_M, BLOCK_N, num_warps, num_stages): Triton's fused-attention tutorial's choices
-    (128, 64, 4, 3),
-    (128, 64, 4, 4),
-    (128, 128, 8, 3),
-    (64, 64, 4, 3),
-    (64, 32, 4, 2),  # small GPUs (a T4's 64 KiB of shared memory)
-]
+GPU_CONFIGS = {
+    # (BLOCK_M, BLOCK_N, num_warps, num_stages) that the autotuner times, by GPU. Ampere and newer
+    # (A100, H100): the fused-attention tutorial's, and 8 warps to share D = 128's accumulator.
+    # Turing (a T4): smaller tiles, which fit its registers without spilling at D = 64.
+    "ampere+": [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (64, 32, 4, 2)],
+    "turing": [(64, 32, 4, 2), (64, 16, 4, 2), (32, 32, 4, 2)],
+}
 LOG2_E = 1.4426950408889634
 BACKWARD_SCORES = 2**24
 """The backward pass recomputes the weights this many (float32) at a time: blocks of queries."""
@@ -111,9 +111,11 @@ def interpreting() -> bool:
     installed), which fixes the answer for the rest of the process."""
     if triton_unavailable() is not None:
         return _interpreter_asked()
-    import triton.language as tl
-    from triton.runtime.interpreter import InterpretedFunction
-
+    try:
+        import triton.language as tl
+        from triton.runtime.interpreter import InterpretedFunction
+    except Exception:  # a broken install: flash_attention says so (ImportError, with the reason)
+        return _interpreter_asked()
     return isinstance(tl.zeros, InterpretedFunction)  # one of Triton's own @jit functions
 
 
@@ -306,7 +308,8 @@ def _launch(q, k, v, is_causal, scale, step=None, grid=None, blocks=None):
     kernel = _in_mode(kernels.flash_forward_kernel, interpret)
     options = {}
     if blocks is None and not interpret:
-        kernel = _autotuned(kernel)
+        newer = torch.cuda.get_device_capability(q.device) >= (8, 0)
+        kernel = _autotuned(kernel, "ampere+" if newer else "turing")
     else:
         block_m, block_n = blocks or INTERPRETER_BLOCKS
         options = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 4, "num_stages": 2}
@@ -357,14 +360,15 @@ def _in_mode(function, interpret: bool):
 
 
 @functools.cache
-def _autotuned(kernel):
+def _autotuned(kernel, gpu: str):
     """The compiled kernel under Triton's autotuner: at the first call for each (L, S, D, causal,
-    dtype), each of :data:`GPU_CONFIGS` is timed; the fastest runs from then on."""
+    dtype), each of this kind of ``gpu``'s :data:`GPU_CONFIGS` is timed; the fastest runs from
+    then on."""
     import triton
 
     configs = [
         triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=warps, num_stages=stages)
-        for m, n, warps, stages in GPU_CONFIGS
+        for m, n, warps, stages in GPU_CONFIGS[gpu]
     ]
     return triton.autotune(configs, key=["L", "S", "D", "IS_CAUSAL"])(kernel)
 

@@ -81,8 +81,8 @@ def flash_forward_kernel(
     stride_vb, stride_vh, stride_vs, stride_vd,
     stride_ob, stride_oh, stride_ol, stride_od,
     H, L, S, qk_scale,  # qk_scale = scale · log₂e
-    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, STEP: tl.constexpr,
+    D: tl.constexpr, IS_CAUSAL: tl.constexpr, STEP: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,  # last: the autotuner's (Triton 3.1 wants them so)
 ):  # fmt: skip
     """Program (i, b · H + h) computes the output rows of queries i · BLOCK_M ... of head h of
     batch b (the grid: :func:`launch_grid`); ``STEP`` is the inner step (:func:`attend_tile`)."""
