@@ -296,6 +296,32 @@ def check_attention_runs() -> Check:
     )
 
 
+def check_triton() -> Check:
+    """Lesson 09's Triton (Linux only; the other lessons do without it), and where its kernels
+    run: compiled for the GPU, or on the CPU in its interpreter (``TRITON_INTERPRET=1``, read
+    when Triton is first imported)."""
+    import torch
+
+    from .triton_attention import interpreting, triton_unavailable
+
+    name = "Triton (lesson 09)"
+    reason = triton_unavailable()
+    if reason is not None:
+        return Check(name, False, reason, required=False)
+    import triton
+
+    if interpreting():
+        where = "TRITON_INTERPRET=1: kernels run on the CPU, in Triton's interpreter"
+    elif torch.cuda.is_available():
+        where = "kernels compile for the GPU (TRITON_INTERPRET=1 would run them on the CPU)"
+    else:
+        where = (
+            "no GPU here, and TRITON_INTERPRET is not set: to run its kernels on the CPU, set "
+            "it to 1 before anything imports triton"
+        )
+    return Check(name, True, f"{triton.__version__}, {where}", required=False)
+
+
 def check_writable() -> Check:
     try:
         with tempfile.NamedTemporaryFile(dir=os.getcwd()):
@@ -317,7 +343,8 @@ def run_checks() -> list[Check]:
         return results  # nothing else can run without torch
     results.append(check_device())
     results.append(check_package())
-    checked_apart = ("torch", "ipython", "ipywidgets")  # by check_torch, _ipython, _widgets
+    # checked by check_torch, check_ipython, check_widgets, check_triton (Linux only, optional)
+    checked_apart = ("torch", "ipython", "ipywidgets", "triton")
     results.extend(
         check_dependency(r) for r in _requirements() if _lower_bound(r)[0] not in checked_apart
     )
@@ -328,6 +355,7 @@ def run_checks() -> list[Check]:
         check_widgets,
         check_jupyter,
         check_attention_runs,
+        check_triton,
         check_writable,
     ):
         results.append(check())

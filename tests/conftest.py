@@ -20,6 +20,13 @@ def gpu() -> torch.device:
     pytest.skip("no CUDA device here (torch.cuda.is_available() is False); run on a GPU machine")
 
 
+# Triton (lesson 09) reads TRITON_INTERPRET when it is first imported (torch.compile imports it
+# too): without a GPU its kernels can only run in its interpreter, so there the tests turn it on
+# before anything imports Triton.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 @pytest.fixture(autouse=True)
 def private_work_dir(tmp_path_factory, monkeypatch):
     """No unit test reads or writes a learner's my_work/: answers go to a private folder (a

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from mha_course import doctor
 
@@ -22,6 +23,7 @@ def test_doctor_passes_on_this_machine():
         "pretrained weights",
         "JupyterLab",
         "attention on cpu",
+        "Triton (lesson 09)",
         "All good",
     ):
         assert line in result.stdout
@@ -114,3 +116,32 @@ def test_the_widget_front_end_must_speak_ipywidgets_protocol(monkeypatch, versio
         assert check.ok, check.detail
     else:
         assert not check.ok and problem in check.detail and "ipywidgets>=8" in check.fix
+
+
+def test_triton_missing_is_a_warning_with_the_reason(monkeypatch):
+    from mha_course import triton_attention
+
+    reason = "Triton is not installed, and has builds for Linux only (this is Darwin): ..."
+    monkeypatch.setattr(triton_attention, "triton_unavailable", lambda: reason)
+    check = doctor.check_triton()
+    assert not check.ok and not check.required and check.detail == reason
+    assert "All good" in doctor.report([check])
+
+
+@pytest.mark.parametrize(
+    "interpreting, cuda, where",
+    [
+        (True, False, "TRITON_INTERPRET=1: kernels run on the CPU"),
+        (False, True, "kernels compile for the GPU"),
+        (False, False, "no GPU here, and TRITON_INTERPRET is not set"),
+    ],
+)
+def test_triton_says_where_its_kernels_run(monkeypatch, interpreting, cuda, where):
+    from mha_course import triton_attention
+
+    if triton_attention.triton_unavailable() is not None:
+        pytest.skip(f"Triton cannot run here: {triton_attention.triton_unavailable()}")
+    monkeypatch.setattr(triton_attention, "interpreting", lambda: interpreting)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    check = doctor.check_triton()
+    assert check.ok and where in check.detail and metadata.version("triton") in check.detail

@@ -8,7 +8,7 @@ row per case with the two medians and their ratio, ours / theirs.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -62,11 +62,16 @@ class Comparison:
 
     def medians(self, theirs: Callable, ours: Callable) -> tuple[float, float]:
         """Seconds per call of ``theirs()`` and ``ours()``: each the median over rounds."""
+        timings = self.all_medians({"theirs": theirs, "ours": ours})
+        return timings["theirs"], timings["ours"]
+
+    def all_medians(self, calls: Mapping[str, Callable]) -> dict[str, float]:
+        """Seconds per call of each of ``calls``, timed in alternating rounds: the medians."""
         timings = time_alternating(
-            {"theirs": theirs, "ours": ours},
+            calls,
             rounds=self.rounds,
             threads=self.threads,
             min_run_time=self.min_run_time,
             clock="cpu" if self.cpu_time else "wall",
         )
-        return timings["theirs"].median, timings["ours"].median
+        return {name: timing.median for name, timing in timings.items()}
