@@ -72,6 +72,7 @@ def fork(tmp_path_factory):
         target = copy / path.relative_to(ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
+    shutil.copytree(ROOT / "images", copy / "images")  # the pictures the notebooks carry
     tool = authoring_of(copy)
     tool.set_repo("someone/course-fork@spring-2027")
     return copy, tool

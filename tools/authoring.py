@@ -11,7 +11,8 @@ nothing is stale.
     python tools/authoring.py stats           # per lesson: answer lines, words, the targets
     python tools/authoring.py stats --run     # ... and each notebook's run time and peak memory
     python tools/authoring.py clean FILES     # clean notebook metadata (for pre-commit)
-    python tools/authoring.py stamp           # re-stamp set-up cells and badges, outputs kept
+    python tools/authoring.py stamp           # re-stamp set-up cells, badges, pictures, outputs kept
+    python tools/authoring.py images          # redraw images/ from the diagram code, then stamp
     python tools/authoring.py set-repo OWNER/NAME[@REF]   # a fork: re-point every link to it
     python tools/authoring.py export nbgrader OUT/   # the lessons for nbgrader (or otter)
     python tools/authoring.py hub-link HUB_URL       # the nbgitpuller link for a JupyterHub
@@ -38,6 +39,8 @@ if str(ROOT) not in sys.path:  # run as a script: import the course package from
     sys.path.insert(0, str(ROOT))
 if str(ROOT / "tools") not in sys.path:  # and the other authoring tools beside this one
     sys.path.insert(0, str(ROOT / "tools"))
+
+import notebook_images  # noqa: E402  (tools/notebook_images.py: the lessons' pictures)
 
 from mha_course import lessons  # noqa: E402
 from mha_course.work import WORK_DIR_VARIABLE, exercise_name  # noqa: E402
@@ -70,6 +73,7 @@ _pyproject, _tool_table, _github_path = (
 
 NOTEBOOKS = ROOT / "notebooks"
 SOLUTIONS = NOTEBOOKS / "solutions"
+IMAGES = ROOT / "images"  # each lesson's key picture, drawn by mha_course.diagrams
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 
@@ -125,8 +129,11 @@ def setup_cell_source() -> str:
     )
 
 
-def _sources(nb) -> list[tuple[str, str, list[str]]]:
-    return [(c.cell_type, c.source, sorted(c.metadata.get("tags", []))) for c in nb.cells]
+def _sources(nb) -> list[tuple[str, str, list[str], dict]]:
+    return [
+        (c.cell_type, c.source, sorted(c.metadata.get("tags", [])), c.get("attachments", {}))
+        for c in nb.cells
+    ]
 
 
 def solution_paths(only: list[str] | None = None) -> list[Path]:
@@ -157,18 +164,30 @@ def stale_notebooks() -> list[str]:
             problems.append(
                 f"{path.relative_to(ROOT)}: the first cell does not start with its badges"
             )
+        problems += _picture_problems(solution, path)
         target = exercise_path(path)
         if not target.exists():
             problems.append(
                 f"{target.relative_to(ROOT)}: missing (generate it from {path.relative_to(ROOT)})"
             )
             continue
+        exercise = nbformat.read(target, as_version=4)
+        problems += _picture_problems(exercise, target)
         expected = lessons.make_exercise_notebook(solution, path.name)
-        if _sources(nbformat.read(target, as_version=4)) != _sources(expected):
+        if _sources(exercise) != _sources(expected):
             problems.append(
                 f"{target.relative_to(ROOT)}: stale, differs from what {path.relative_to(ROOT)} generates"
             )
     return problems
+
+
+def _picture_problems(nb, path: Path) -> list[str]:
+    """The lesson's pictures in one version of it: the right ones, each equal to its file in
+    images/ (run `python tools/authoring.py images` to put them right)."""
+    label = str(path.relative_to(ROOT))
+    return notebook_images.placement_problems(
+        nb, path.name[:2], label
+    ) + notebook_images.picture_problems(nb, label, IMAGES)
 
 
 def missing_check_calls(paths: list[Path] | None = None) -> list[str]:
@@ -244,9 +263,10 @@ POINTED_FILES = ("README.md", "INSTRUCTORS.md")
 
 
 def stamp(only: list[str] | None = None) -> list[Path]:
-    """Re-stamp the set-up cell and the badges of both versions of each lesson in place, keeping
-    their outputs (the set-up cell prints the same off Colab, and badges are markdown): what a
-    change of where the course lives needs, without executing anything. Returns the files changed."""
+    """Re-stamp the set-up cell, the badges and the pictures (from images/) of both versions of
+    each lesson in place, keeping their outputs (the set-up cell prints the same off Colab, and
+    badges and pictures are markdown): what a change of where the course lives, or of a picture,
+    needs, without executing anything. Returns the files changed."""
     changed = []
     for path in solution_paths(only):
         for target, badge_path in (
@@ -259,6 +279,7 @@ def stamp(only: list[str] | None = None) -> list[Path]:
             before = _sources(nb)
             stamp_setup_cell(nb)
             stamp_badges(nb, badge_path)
+            notebook_images.stamp_pictures(nb, IMAGES)
             if _sources(nb) != before:
                 write(nb, target)
                 changed.append(target)
@@ -393,6 +414,7 @@ def build(only: list[str] | None = None, run: bool = True) -> None:
         solution = nbformat.read(path, as_version=4)
         stamp_setup_cell(solution)
         stamp_badges(solution, f"notebooks/solutions/{path.name}")
+        notebook_images.stamp_pictures(solution, IMAGES)  # the exercise version copies them
         exercise = lessons.make_exercise_notebook(solution, path.name)
         for nb, target in ((solution, path), (exercise, exercise_path(path))):
             if run:
@@ -466,7 +488,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check", help="exit 1 if a generated notebook is stale")
     sub.add_parser(
         "stamp",
-        help="re-stamp every notebook's set-up cell and badges in place, outputs kept (no execution)",
+        help="re-stamp every notebook's set-up cell, badges and pictures in place, outputs kept "
+        "(no execution)",
+    )
+    sub.add_parser(
+        "images",
+        help="redraw images/ from the diagram code (mha_course.diagrams), then stamp each picture "
+        "into the notebooks that show it, both versions, as a markdown cell attachment",
     )
     sr = sub.add_parser(
         "set-repo",
@@ -504,6 +532,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if changed else 0
     if args.command == "stats":
         return stats(args)
+    if args.command == "images":
+        for path in notebook_images.draw(IMAGES):
+            print(f"drew {path.relative_to(ROOT)}")
+        for path in stamp():
+            print(f"updated {path.relative_to(ROOT)}")
+        return 0
     if args.command in ("stamp", "set-repo"):
         try:
             changed = stamp() if args.command == "stamp" else set_repo(args.repository)
