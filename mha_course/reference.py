@@ -13,7 +13,6 @@ import math
 import torch
 from einops import rearrange
 
-from ._validate import require_divisible
 from .attention import scaled_dot_product_attention as _sdpa
 from .layernorm import LayerNorm
 from .masks import causal_mask as _causal_mask
@@ -31,10 +30,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "scaled_dot_product_attention",
-    "MultiHeadAttention",
-    "load_torch_weights",
-    "job_scores",
     "LayerNorm",
     "positional_encoding",
     "EncoderLayer",
@@ -42,11 +37,6 @@ __all__ = [
     "train_step",
     "load_layer",
     "attention_in_blocks",
-    "attention_scores",
-    "padding_mask",
-    "causal_mask",
-    "split_heads",
-    "merge_heads",
     "post_ln_sublayer",
     "pre_ln_sublayer",
     "ResidualBlock",
@@ -60,8 +50,6 @@ __all__ = [
     "attention_flops",
     "scores_memory",
     "attention_cost",
-    "may_attend_mask",
-    "SelfAttention",
     "DecoderBlock",
     "CharLM",
     "sample_next",
@@ -73,88 +61,6 @@ __all__ = [
     "grouped_query_attention",
     "sliding_window_attention",
 ]
-
-
-def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
-    """Lesson 01: ``(output, weights)``; a bool ``attn_mask`` is True where a query may attend, a
-    float one is added to the scores; ``is_causal``: query i may attend to keys 0..i; ``scale``
-    defaults to 1/√d_k. A query with nothing to attend to gets zero weights and a zero output."""
-    return _sdpa(query, key, value, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
-
-
-class SelfAttention(torch.nn.Module):
-    """Lesson 01: one head of self-attention, softmax((x W^Q)(x W^K)ᵀ / √d_k) (x W^V).
-
-    ``q_proj``, ``k_proj`` (d_model -> d_k) and ``v_proj`` (d_model -> d_v, d_v = d_k by default)
-    are ``nn.Linear`` without bias; ``forward(x (..., L, d_model), attn_mask=None)`` returns
-    ``(output (..., L, d_v), weights (..., L, L))``, ``attn_mask`` as ``scaled_dot_product_attention``'s.
-    """
-
-    def __init__(self, d_model, d_k, d_v=None):
-        super().__init__()
-        self.q_proj = torch.nn.Linear(d_model, d_k, bias=False)  # W^Q
-        self.k_proj = torch.nn.Linear(d_model, d_k, bias=False)  # W^K
-        self.v_proj = torch.nn.Linear(d_model, d_k if d_v is None else d_v, bias=False)  # W^V
-
-    def forward(self, x, attn_mask=None):
-        return _sdpa(self.q_proj(x), self.k_proj(x), self.v_proj(x), attn_mask=attn_mask)
-
-
-class MultiHeadAttention(torch.nn.Module):
-    """Lesson 02: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, batch first.
-
-    ``q_proj``, ``k_proj``, ``v_proj`` hold every head's W_i^Q, W_i^K, W_i^V side by side (E × E);
-    ``forward(query, key, value, attn_mask=None, need_weights=True)`` returns ``(output (B, L, E),
-    weights (B, H, L, S))``, every head's weights, or ``(output, None)`` with ``need_weights=False``.
-    ``attn_mask``, broadcastable to (B, H, L, S), is bool, True where a query **may attend** (e.g.
-    (L, S) causal or (B, 1, 1, S) padding), or float, added to the scores (e.g. (H, L, S) ALiBi).
-    """
-
-    def __init__(self, embed_dim, num_heads):
-        super().__init__()
-        require_divisible("embed_dim", embed_dim, "num_heads", num_heads)
-        self.num_heads = num_heads
-        self.q_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^Q
-        self.k_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^K
-        self.v_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^V
-        self.out_proj = torch.nn.Linear(embed_dim, embed_dim)  # W^O
-
-    def forward(self, query, key, value, attn_mask=None, need_weights=True):
-        q, k, v = (
-            rearrange(proj(x), "b l (h d) -> b h l d", h=self.num_heads)
-            for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
-        )
-        heads, weights = _sdpa(q, k, v, attn_mask=attn_mask)  # lesson 01, every head at once
-        output = self.out_proj(rearrange(heads, "b h l d -> b l (h d)"))
-        return output, (weights if need_weights else None)
-
-
-def load_torch_weights(module, torch_mha):
-    """Lesson 02: copy a ``torch.nn.MultiheadAttention``'s weights into ``module``'s ``q_proj``,
-    ``k_proj``, ``v_proj``, ``out_proj`` (its packed ``in_proj_weight`` is [W^Q; W^K; W^V], each
-    block (out, in) as nn.Linear keeps it). Returns ``module``."""
-    weights = torch_mha.in_proj_weight.chunk(3)
-    biases = torch_mha.in_proj_bias.chunk(3)
-    with torch.no_grad():
-        for linear, weight, bias in zip(
-            (module.q_proj, module.k_proj, module.v_proj), weights, biases, strict=True
-        ):
-            linear.weight.copy_(weight)
-            linear.bias.copy_(bias)
-        module.out_proj.weight.copy_(torch_mha.out_proj.weight)
-        module.out_proj.bias.copy_(torch_mha.out_proj.bias)
-    return module
-
-
-def job_scores(weights: torch.Tensor, partner: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Lesson 02: how much each head does each job of the toy task, ``{job: (H,)}``.
-
-    ``weights`` (B, H, L, L), per head; ``partner`` (B, L), the position of each query's partner.
-    A job's score is the weight a head puts on the job's key (previous: i − 1, next: i + 1,
-    partner: partner[b, i]), averaged over the batch and every query that has such a key."""
-    from .toy_tasks import head_scores, targets_from_partner  # lesson 02's task
-
-    return head_scores(weights, targets_from_partner(partner))
 
 
 # Lesson 03: ``LayerNorm(normalized_shape, eps=1e-5)`` and ``positional_encoding(max_len, d_model)``
@@ -190,7 +96,7 @@ class EncoderLayer(torch.nn.Module):
     ):
         super().__init__()
         self.activation = activation
-        self.self_attn = (mha_class or MultiHeadAttention)(d_model, num_heads)
+        self.self_attn = (mha_class or __getattr__("MultiHeadAttention"))(d_model, num_heads)
         self.linear1 = torch.nn.Linear(d_model, d_ff)
         self.linear2 = torch.nn.Linear(d_ff, d_model)
         self.norm1 = (norm_class or LayerNorm)(d_model)
@@ -315,50 +221,6 @@ def attention_in_blocks(q, k, v, block_size, is_causal=False, return_lse=False):
 
 # Lesson 01: the scaled scores, the two masks and the mask that combines them (bool, True where a
 # query may attend).
-
-
-def attention_scores(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-    """Q Kᵀ / √d_k: query (..., L, E), key (..., S, E) -> (..., L, S), d_k = query.size(-1)."""
-    return query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-
-
-def padding_mask(lengths: torch.Tensor, S: int) -> torch.Tensor:
-    """lengths (B,) -> bool (B, S), True where position j < lengths[b]: a real token."""
-    return torch.arange(S, device=lengths.device) < lengths[:, None]
-
-
-def causal_mask(L: int) -> torch.Tensor:
-    """Bool (L, L), True where key j <= query i: a query sees itself and the past."""
-    return _causal_mask(L, L)
-
-
-def may_attend_mask(
-    S: int, lengths: torch.Tensor | None = None, causal: bool = False
-) -> torch.Tensor:
-    """Self-attention over S positions: bool (S, S), or (B, S, S) with ``lengths`` (B,), True where
-    query i may attend to key j: key j is a real token (j < lengths[b]) and, if ``causal``, j <= i.
-    The pads' own rows are not masked (their outputs are ignored later)."""
-    device = None if lengths is None else lengths.device
-    if causal:
-        mask = _causal_mask(S, S, device=device)
-    else:
-        mask = torch.ones(S, S, dtype=torch.bool, device=device)
-    if lengths is not None:
-        mask = mask & padding_mask(lengths, S)[:, None, :]
-    return mask
-
-
-# Lesson 02: the features split into heads, and merged back.
-
-
-def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """(B, L, E) -> (B, H, L, D), D = E // H: head h gets features h·D … (h+1)·D − 1."""
-    return rearrange(x, "b l (h d) -> b h l d", h=num_heads)
-
-
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(B, H, L, D) -> (B, L, H·D), the inverse of :func:`split_heads`: Concat(head_1, ..., head_h)."""
-    return rearrange(x, "b h l d -> b l (h d)")
 
 
 # Lesson 03: a sub-layer with its residual and LayerNorm, both ways round, and the gradient that
@@ -519,7 +381,7 @@ class DecoderBlock(torch.nn.Module):
 
     def __init__(self, d_model, num_heads, d_ff, *, mha_class=None, norm_class=None):
         super().__init__()
-        self.self_attn = (mha_class or MultiHeadAttention)(d_model, num_heads)
+        self.self_attn = (mha_class or __getattr__("MultiHeadAttention"))(d_model, num_heads)
         self.norm1 = (norm_class or LayerNorm)(d_model)
         self.norm2 = (norm_class or LayerNorm)(d_model)
         self.linear1 = torch.nn.Linear(d_model, d_ff)
@@ -632,7 +494,7 @@ class DecoderLayer(torch.nn.Module):
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, *, mha_class=None, norm_class=None):
         super().__init__()
-        mha, norm = mha_class or MultiHeadAttention, norm_class or LayerNorm
+        mha, norm = mha_class or __getattr__("MultiHeadAttention"), norm_class or LayerNorm
         self.self_attn = mha(d_model, num_heads)
         self.multihead_attn = mha(d_model, num_heads)
         self.linear1 = torch.nn.Linear(d_model, d_ff)

@@ -1,4 +1,4 @@
-"""The lesson 00/01 checkers accept every correct style and name the classic mistakes."""
+"""The lesson-01 attention checkers accept every correct style and name the classic mistakes."""
 
 import math
 
@@ -14,7 +14,6 @@ from mha_course.checks import (
     check_scaled_dot_product_attention,
     check_self_attention,
 )
-from mha_course.checks.attention import _variant
 
 from checker_helpers import NOTEBOOK_IMPORTS, fails_with, not_done, notebook_cell, passes, skeleton
 
@@ -154,19 +153,19 @@ def transposed_keys_T(query, key, value, attn_mask=None):
     "candidate, phrase",
     [
         (variant(scale=lambda d, dv: 1.0), "not scaled"),
-        (variant(scale=lambda d, dv: 1.0 / d), "divided the scores by d_k"),
-        (variant(scale=lambda d, dv: math.sqrt(d)), "multiplied the scores by √d_k"),
-        (variant(scale=lambda d, dv: 1.0 / math.sqrt(dv)), "√(value size)"),
-        (variant(scale=lambda d, dv: 0.1), "scale = 0.1"),
-        (variant(axis=-2), "wrong axis"),
-        (variant(ignore_mask=True), "mask is ignored"),
+        (variant(scale=lambda d, dv: 1.0 / d), "divided by d_k itself"),
+        (variant(scale=lambda d, dv: math.sqrt(d)), "multiplied by √d_k"),
+        (variant(scale=lambda d, dv: 1.0 / math.sqrt(dv)), "the size of the values"),
+        (variant(scale=lambda d, dv: 0.1), "the scores are scaled by 0.1"),
+        (variant(axis=-2), "down each column, over the queries"),
+        (variant(ignore_mask=True), "the mask has no effect"),
         (variant(invert=True), "mask is inverted"),
         (variant(fill=0.0), "exp(0) = 1"),
         (variant(after=True), "after the softmax"),
-        (variant(values="key"), "it should mix the values"),
-        (variant(transpose_scores=True), "scores and weights are (..., L, S)"),
+        (variant(values="key"), "attention mixes the values"),
+        (variant(transpose_scores=True), "the scores and weights are (..., L, S)"),
         (variant(softmax=False), "without a softmax"),
-        (transposed_keys_T, "key.T reverses *all* axes"),
+        (transposed_keys_T, "reverses them all"),
     ],
 )
 def test_sdpa_names_each_classic_mistake(candidate, phrase):
@@ -217,24 +216,21 @@ def mask_negated_with_minus(query, key, value, attn_mask=None):
 @pytest.mark.parametrize(
     "candidate, phrases",
     [
-        (weights_first, ["you returned (weights, output)", "Return (output, weights)"]),
-        (
-            scaled_by_the_number_of_keys,
-            ["1/√S = 6, the number of keys (key.size(-2))", "d_k = query.size(-1) = 8"],
-        ),
+        (weights_first, ["the pair came as (weights, output)", "output comes first"]),
+        (scaled_by_the_number_of_keys, ["scaled by 1/√6, S, the number of keys", "8 here"]),
         (
             einsum_summing_the_keys,
-            ["every key gets the same weight", "'... l d, ... s d -> ... l s'"],
+            ["every key gets the same weight", "one score per query and key"],
         ),
         (einsum_without_the_key_axis, ["one column instead of one per key"]),
-        (mask_unsqueezed, ["Case 'padding mask", "runs without a mask but not with this one"]),
+        (mask_unsqueezed, ["Case 'padding mask", "already broadcasts against the scores"]),
         (mask_negated_with_minus, ["Case 'padding mask", "minus sign does not invert"]),
     ],
     ids=lambda v: getattr(v, "__name__", ""),
 )
 def test_sdpa_names_the_cause_of_these_mistakes_too(candidate, phrases):
     message = fails_with(check_scaled_dot_product_attention, candidate, "Likely cause", *phrases)
-    for wrong in ("key.T reverses", "variable of the notebook", "scale = 0"):
+    for wrong in ("reverses them all", "variable of the notebook", "scaled by 0"):
         assert wrong not in message
 
 
@@ -249,7 +245,7 @@ def test_sdpa_a_crash_shows_the_learners_line_and_not_the_checkers():
     )
     assert "test_checks_attention.py, line" in message and "in crashes:" in message
     assert "scores = query @ key.transpose(0, 1) / math.sqrt(query.size(-1))  # right" in message
-    assert "_core.py" not in message and "checks/attention.py" not in message
+    assert "_core.py" not in message and "checks/l01_attention.py" not in message
 
 
 def test_sdpa_a_variable_of_the_notebook_is_named():
@@ -285,14 +281,16 @@ def test_sdpa_a_notebook_global_d_k_is_caught():
         weights = scores.softmax(-1)
         return weights @ value, weights
 
-    fails_with(check_scaled_dot_product_attention, uses_global, "d_k = 5", "1/√8", "query.size(-1)")
+    fails_with(
+        check_scaled_dot_product_attention, uses_global, "d_k = 5", "1/√8", "their last axis"
+    )
 
 
 def test_sdpa_wrong_return_type():
     fails_with(
         check_scaled_dot_product_attention,
         lambda q, k, v, attn_mask=None: sdpa_matmul(q, k, v)[0],
-        "return a tuple (output, weights)",
+        "should be a pair (output, weights)",
     )
 
 
@@ -348,7 +346,9 @@ def sdpa_scale_only(query, key, value, attn_mask=None, scale=None):
     return sdpa_full(query, key, value, attn_mask=attn_mask, scale=scale)
 
 
-@pytest.mark.parametrize("candidate", [sdpa_full, sdpa_where, sdpa_scale_only, _variant()])
+@pytest.mark.parametrize(
+    "candidate", [sdpa_full, sdpa_where, sdpa_scale_only, reference.scaled_dot_product_attention]
+)
 def test_sdpa_with_the_lessons_signature_accepts_every_correct_style(candidate, capsys):
     out = passes(check_scaled_dot_product_attention, candidate, capsys)
     assert "all 14 cases" in out or "all 16 cases" in out  # 7 older cases, 7 or 9 new ones
@@ -358,29 +358,74 @@ def test_sdpa_an_older_candidate_is_held_to_the_older_cases_only(capsys):
     assert "all 7 cases" in passes(check_scaled_dot_product_attention, sdpa_matmul, capsys)
 
 
+def full_variant(
+    scale_rule="given",
+    float_mask="add",
+    bool_fill=float("-inf"),
+    empty="zero",
+    causal="tril",
+    invert=False,
+):
+    """The lesson's answer with one mistake switched on (the defaults are right)."""
+
+    def attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
+        d_k, L, S = query.size(-1), query.size(-2), key.size(-2)
+        s = d_k**-0.5 if scale is None or scale_rule == "ignored" else scale
+        scores = query @ key.mT * (1 / s if scale_rule == "divided" and scale else s)
+        if is_causal and causal != "ignored":
+            diagonal = {"tril": 0, "tril(-1)": -1, "bottom-right": S - L}.get(causal, 0)
+            attn_mask = torch.ones(L, S, dtype=torch.bool).tril(diagonal)
+            attn_mask = attn_mask.T.contiguous() if causal == "triu" else attn_mask
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(attn_mask if invert else ~attn_mask, bool_fill)
+        elif attn_mask is not None and float_mask == "add":
+            scores = scores + attn_mask
+        elif attn_mask is not None and float_mask == "multiplied":
+            scores = scores * attn_mask
+        nothing = scores.isneginf().all(dim=-1, keepdim=True)
+        if empty == "zero":
+            scores = scores.masked_fill(nothing, 0.0)
+        weights = torch.softmax(scores, dim=-1)
+        if empty == "zero":
+            weights = weights.masked_fill(nothing, 0.0)
+        return weights @ value, weights
+
+    return attention
+
+
 @pytest.mark.parametrize(
     "flaw, phrases",
     [
         ({"scale_rule": "ignored"}, ["Case 'scale = 0.5 given", "the scale argument is ignored"]),
-        ({"scale_rule": "divided"}, ["you divided by the scale"]),
-        ({"float_mask": "ignored"}, ["Case 'a float mask (4, 6)", "the float mask is ignored"]),
+        ({"scale_rule": "divided"}, ["divided by the scale"]),
+        ({"float_mask": "ignored"}, ["Case 'a float mask (4, 6)", "the float mask has no effect"]),
         ({"float_mask": "multiplied"}, ["multiplied into the scores"]),
-        ({"bool_fill": -1e9, "empty": "nan"}, ["equal weights on every key", "instead of -inf"]),
+        (
+            {"bool_fill": -1e9, "empty": "nan"},
+            ["equal weights on every key", "instead of one whose exponential is 0"],
+        ),
         (
             {"empty": "nan"},
             ["where query 1 may attend to nothing", "your weights contain NaN", "0/0 = NaN"],
         ),
-        ({"causal": "ignored"}, ["Case 'is_causal=True, L = S = 5'", "is_causal=True is ignored"]),
-        ({"causal": "triu"}, ["each query sees the future"]),
-        ({"causal": "tril(-1)"}, ["the diagonal is missing"]),
+        ({"causal": "ignored"}, ["Case 'is_causal, L = S = 5'", "is_causal is ignored"]),
+        ({"causal": "triu"}, ["keeps the future"]),
+        ({"causal": "tril(-1)"}, ["leaves out the diagonal"]),
         ({"causal": "bottom-right"}, ["4 queries and 6 keys", "aligned top-left"]),
+        ({"invert": True}, ["Case 'padding mask", "the mask is inverted", "not as NaN"]),
+        ({"invert": True, "empty": "nan"}, ["Case 'padding mask", "the mask is inverted", "NaN"]),
     ],
 )
 def test_sdpa_names_each_mistake_of_the_lessons_signature(flaw, phrases):
     message = fails_with(
-        check_scaled_dot_product_attention, _variant(**flaw), "Likely cause", *phrases
+        check_scaled_dot_product_attention, full_variant(**flaw), "Likely cause", *phrases
     )
     assert len(message.splitlines()) <= 15
+    assert "rows of your weights" not in message  # an inverted mask is not blamed on the softmax
+
+
+def test_the_right_version_of_the_lessons_mistakes_passes(capsys):
+    passes(check_scaled_dot_product_attention, full_variant(), capsys)
 
 
 def test_sdpa_a_float_mask_read_as_bool_is_named():
@@ -405,7 +450,8 @@ def test_sdpa_a_float_mask_inverted_with_tilde_crashes_with_its_case():
         tilde_on_float,
         "Case 'a float mask (4, 6)",
         "raised",
-        "a float mask is added to the scores; ~ and masked_fill are for a bool mask",
+        "a float mask is added to the scores as it is",
+        "the ~ operator and masked_fill are for a bool mask",
     )
 
 
@@ -462,7 +508,7 @@ def one_head(flaw):
         (lambda m, x, q, k, v, mask: (q, m.q_proj(x), v, mask), "projected with the query weights"),
         (lambda m, x, q, k, v, mask: (k, q, v, mask), "the queries and the keys are swapped"),
         (lambda m, x, q, k, v, mask: (q, k, x, mask), "the values are x itself"),
-        (lambda m, x, q, k, v, mask: (q, k, v, None), "hand attn_mask on"),
+        (lambda m, x, q, k, v, mask: (q, k, v, None), "forward hands it on"),
     ],
 )
 def test_self_attention_names_each_mistake(flaw, phrase):
@@ -492,14 +538,14 @@ def test_self_attention_projections_are_held_to_their_spec():
             super().__init__()
             self.query = torch.nn.Linear(d_model, d_k, bias=False)
 
-    fails_with(check_self_attention, WithBias, "your k_proj has a bias", "bias=False")
+    fails_with(check_self_attention, WithBias, "self.k_proj has a bias", "without bias")
     fails_with(
         check_self_attention,
         NoDv,
         "Case 'a batch",
         "v_proj.weight has shape (8, 16), expected (4, 16)",
     )
-    fails_with(check_self_attention, Missing, "has no `q_proj`")
+    fails_with(check_self_attention, Missing, "self.q_proj has no weight", "an nn.Linear")
     fails_with(check_self_attention, SelfAttentionAnswer(4, 2), "not an instance")
 
 

@@ -57,7 +57,7 @@ def test_a_crash_keeps_the_learners_frame_and_none_of_the_checkers():
     line = crashes.__code__.co_firstlineno + 2
     assert f"test_checks_core.py, line {line}, in crashes:" in text
     assert "return scores.exp() / total.squeeze(-1).reshape(3)" in text
-    for internal in ("checks/_core.py", "checks/attention.py", "call_candidate", "Traceback"):
+    for internal in ("checks/_core.py", "checks/l00_warmups.py", "call_candidate", "Traceback"):
         assert internal not in text
     assert len(text.splitlines()) <= 15
     assert isinstance(failure.raised, RuntimeError)

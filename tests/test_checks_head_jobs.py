@@ -5,7 +5,6 @@ import torch
 
 from mha_course import reference
 from mha_course.checks import check_job_scores
-from mha_course.checks.head_jobs import _WRONG
 from mha_course.toy_tasks import head_scores, job_targets, paired_letters, partner_positions
 
 from checker_helpers import fails_with, not_done, passes, skeleton
@@ -66,10 +65,30 @@ def test_accepts_every_correct_style(candidate, capsys):
     assert out.startswith("✅ job_scores: all 4 cases"), out
 
 
-@pytest.mark.parametrize("name, run, explanation", _WRONG, ids=[w[0] for w in _WRONG])
-def test_names_each_classic_mistake(name, run, explanation):
-    message = fails_with(check_job_scores, run, "Likely cause", explanation)
+@pytest.mark.parametrize("mistake", check_job_scores.table.mistakes, ids=lambda m: m.name)
+def test_names_each_classic_mistake(mistake):
+    message = fails_with(check_job_scores, mistake.run, "Likely cause", mistake.explanation)
     assert message.count("Likely cause") == 1
+
+
+def test_the_classic_mistakes_as_a_learner_writes_them():
+    def wrapped(weights, partner):  # torch.roll: query 0's previous key is the last one
+        scores = diagonals_and_gather(weights, partner)
+        L = weights.size(-1)
+        i = torch.arange(L)
+        scores["previous"] = weights[..., i, (i - 1) % L].mean(dim=(0, 2))
+        return scores
+
+    def divided_by_L(weights, partner):
+        scores = diagonals_and_gather(weights, partner)
+        L = weights.size(-1)
+        for job, offset in (("previous", -1), ("next", 1)):
+            on_key = weights.diagonal(offset=offset, dim1=-2, dim2=-1)
+            scores[job] = on_key.sum(-1).mean(0) / L
+        return scores
+
+    fails_with(check_job_scores, wrapped, "Likely cause", "wrapped round")
+    fails_with(check_job_scores, divided_by_L, "Likely cause", "over all L queries")
 
 
 def test_the_jobs_come_as_a_dict_with_the_three_names():

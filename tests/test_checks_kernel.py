@@ -62,7 +62,7 @@ WRONG_ANSWERS = [
         w = torch.softmax(query @ key.transpose(-2, -1) / math.sqrt(query.size(-1)), dim=-1)
         return w, w @ value
         """),
-        "you returned (weights, output)",
+        "the pair came as (weights, output)",
     ),
     (
         sdpa("""

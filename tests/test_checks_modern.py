@@ -374,9 +374,9 @@ def gqa_mistaken(*, share="interleave", scale=True, mask="right", dim=-1, check_
         (gqa_mistaken(share="repeat"), "that is key.repeat(...)"),
         (gqa_mistaken(share="h // H_kv"), "reads key/value head h // H_kv"),
         (gqa_mistaken(scale=False), "not scaled"),
-        (gqa_mistaken(mask="ignored"), "the mask is ignored"),
+        (gqa_mistaken(mask="ignored"), "the mask has no effect"),
         (gqa_mistaken(mask="inverted"), "the mask is inverted"),
-        (gqa_mistaken(dim=-2), "the softmax runs over the wrong axis"),
+        (gqa_mistaken(dim=-2), "the axis your softmax runs over"),
     ],
     ids=["repeat", "h // H_kv", "no scale", "mask ignored", "mask inverted", "softmax axis"],
 )

@@ -15,7 +15,7 @@ from importlib import import_module
 from ._failure import ExerciseFailure, NotDoneYet
 from ._registry import REGISTRY, Exercise, register
 
-LESSON_MODULES = ("l00_warmups",)
+LESSON_MODULES = ("l00_warmups", "l01_scores", "l01_attention", "l02_multihead", "l02_head_jobs")
 """The checker modules, in lesson order (the order the registry lists the exercises in)."""
 
 for _module in LESSON_MODULES:
@@ -25,10 +25,6 @@ for _module in LESSON_MODULES:
 # ruff: noqa: F401
 from .. import reference as _reference  # noqa: E402
 from .ablation import check_head_ablation  # noqa: E402
-from .attention import (  # noqa: E402
-    check_scaled_dot_product_attention,
-    check_self_attention,
-)
 from .costs import check_attention_cost, check_attention_flops, check_scores_memory  # noqa: E402
 from .cross_attention import check_decoder_layer  # noqa: E402
 from .decoder import check_char_lm, check_decoder_block  # noqa: E402
@@ -42,24 +38,15 @@ from .encoder_outputs import (  # noqa: E402
 from .encoder_parts import check_encoder_stack, check_feed_forward  # noqa: E402
 from .fast import check_attention_in_blocks  # noqa: E402
 from .gradients import check_gradient_norms  # noqa: E402
-from .head_jobs import check_job_scores  # noqa: E402
-from .heads import check_merge_heads, check_split_heads  # noqa: E402
 from .kv_cache import check_cached_attention  # noqa: E402
 from .layers import check_layer_norm, check_positional_encoding  # noqa: E402
 from .modern_attention import (  # noqa: E402
     check_grouped_query_attention,
     check_sliding_window_attention,
 )
-from .multihead import check_load_torch_weights, check_multi_head_attention  # noqa: E402
 from .pretrained import check_load_layer  # noqa: E402
 from .relative_positions import check_alibi_bias, check_rope_attention, check_rotary  # noqa: E402
 from .sampling import check_sample_next  # noqa: E402
-from .scores_and_masks import (  # noqa: E402
-    check_attention_scores,
-    check_causal_mask,
-    check_may_attend_mask,
-    check_padding_mask,
-)
 from .sublayers import (  # noqa: E402
     check_post_ln_sublayer,
     check_pre_ln_sublayer,
@@ -68,8 +55,6 @@ from .sublayers import (  # noqa: E402
 from .training import check_train_step  # noqa: E402
 
 _POINTS = {
-    "scaled_dot_product_attention": 3,
-    "MultiHeadAttention": 3,
     "LayerNorm": 2,
     "EncoderLayer": 3,
     "load_layer": 2,
@@ -82,13 +67,6 @@ _POINTS = {
     "sliding_window_attention": 3,
 }
 _NOT_CONVERTED = [
-    ("01", check_attention_scores),
-    ("01", check_may_attend_mask),
-    ("01", check_scaled_dot_product_attention),
-    ("01", check_self_attention),
-    ("02", check_multi_head_attention),
-    ("02", check_load_torch_weights),
-    ("02", check_job_scores),
     ("03", check_layer_norm),
     ("03", check_residual_block),
     ("03", check_gradient_norms),

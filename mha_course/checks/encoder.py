@@ -24,9 +24,18 @@ from ..attention import scaled_dot_product_attention
 from ._core import Mistake, call_candidate, checker, compare, require_shape
 from ._failure import ExerciseFailure
 from ._steps import copy_weight_and_bias, seeded_randn
-from .multihead import _torch_masks
 
 __all__ = ["check_encoder_layer"]
+
+
+def _torch_masks(mask: torch.Tensor | None):
+    """The exercise's mask (True = may attend) as torch's (attn_mask, key_padding_mask)."""
+    if mask is None:
+        return None, None
+    if mask.dim() == 2:  # (L, S)
+        return ~mask, None
+    return None, ~mask.reshape(mask.size(0), -1)  # (B, 1, 1, S) padding
+
 
 _NAMES = "self_attn, linear1, linear2, norm1, norm2"
 

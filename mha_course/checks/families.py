@@ -26,6 +26,7 @@ from ._core import Mistake
 __all__ = [
     "ATTENTION",
     "MASK",
+    "FLOAT_MASK",
     "CAUSAL",
     "HEADS",
     "NORM",
@@ -49,6 +50,8 @@ ATTENTION = {
     "each head's scores are scaled by the size of its own queries, d_k = d_model / h.",
     "softmax over the queries": "the weights sum to 1 down each column, over the queries; each "
     "query's row must sum to 1 over the keys. Look at the axis your softmax runs over.",
+    "softmax over the heads": "the weights sum to 1 over the heads; each query's weights, in "
+    "every head, must sum to 1 over the keys. Look at the axis your softmax runs over.",
     "no softmax": "the scores are used as weights without a softmax: a query's weights must be "
     "positive and sum to 1.",
     "scores transposed": "the scores are transposed: rows belong to the queries and columns to "
@@ -76,6 +79,25 @@ MASK = {
     "0. Such a query gets weights of 0.",
 }
 """Flaws of a bool mask in the "may attend" convention (True = may attend)."""
+
+FLOAT_MASK = {
+    "float mask ignored": "the float mask has no effect: your weights are the ones you get "
+    "without it. A float mask is added to the scores (0: no change, -inf: blocked, any other "
+    "number: a bias); read as a bool one, a mask with no 0 in it blocks nothing.",
+    "float mask multiplied": "the float mask was multiplied into the scores; it is added to them.",
+    "float mask subtracted": "the float mask is subtracted; it is added to the scores (its -inf "
+    "entries block, its other entries shift the scores up or down).",
+    "float mask read as bool": "the float mask was read as a bool one (0 = blocked). A float mask "
+    "is no yes/no: it is added to the scores, 0 where nothing changes and -inf where a key is "
+    "blocked. Tell the two kinds apart by the mask's dtype.",
+    "float mask used to block": "the float mask was used to block the keys where it is not 0, and "
+    "its values dropped. A float mask is added to the scores: -inf blocks, any other value "
+    "shifts the score.",
+    "float mask added before the scale": "the float mask is added before the scores are scaled "
+    "by 1/√d_k, so it is scaled down too: it is added to the scaled scores, softmax(Q Kᵀ / √d_k "
+    "+ M).",
+}
+"""Flaws of a float mask, the one added to the scores."""
 
 CAUSAL = {
     "causal without the diagonal": "your causal mask leaves out the diagonal: a query may attend "
@@ -112,14 +134,14 @@ NORM = {
 }
 """Flaws of LayerNorm."""
 
-_FLAWS = {**ATTENTION, **MASK, **CAUSAL, **HEADS, **NORM}
+_FLAWS = {**ATTENTION, **MASK, **FLOAT_MASK, **CAUSAL, **HEADS, **NORM}
 
 
 def mistakes(run: Callable[[str], Callable], flaws: Iterable[str], **texts: str) -> list[Mistake]:
     """The classic mistakes of an exercise: ``run(flaw)`` is its reference with ``flaw`` switched
     on (same call as the answer); the explanations are the family's, or ``texts[flaw]`` where
     the exercise words it better (keys with spaces: pass a dict with ``**``)."""
-    return [Mistake(flaw, run(flaw), texts.get(flaw, _FLAWS[flaw])) for flaw in flaws]
+    return [Mistake(flaw, run(flaw), texts.get(flaw) or _FLAWS[flaw]) for flaw in flaws]
 
 
 # ---------------------------------------------------------------- the computations, with flaws
@@ -139,9 +161,9 @@ def causal(L: int, S: int, flaw: str = "", device=None) -> torch.Tensor:
 
 def attention(q, k, v, mask=None, flaw: str = "", *, scale=None, d_model=None):
     """``(output, weights)`` of softmax(Q Kᵀ · scale + M) V, with ``flaw`` (a key of
-    :data:`ATTENTION` or :data:`MASK`) switched on. ``mask``: bool (True = may attend) or float
-    (added); a query with no key gets zero weights. ``d_model`` is what the "scaled by √d_model"
-    flaw uses."""
+    :data:`ATTENTION`, :data:`MASK` or :data:`FLOAT_MASK`) switched on. ``mask``: bool (True = may
+    attend) or float (added); a query with no key gets zero weights. ``d_model`` is what the
+    "scaled by √d_model" flaw uses."""
     d_k = q.size(-1)
     scale = d_k**-0.5 if scale is None else scale
     scale = {
@@ -153,23 +175,36 @@ def attention(q, k, v, mask=None, flaw: str = "", *, scale=None, d_model=None):
     }.get(flaw, scale)
     a, b = (k, q) if flaw == "scores transposed" else (q, k)
     scores = a @ b.transpose(-2, -1) * scale
+    if mask is not None and mask.is_floating_point():
+        mask = _float_mask(mask, flaw, scale)
     blocked = _blocked(mask, flaw)
     if blocked is not None and flaw != "mask after the softmax":
         fill = {"mask filled with 0": 0.0, "empty rows uniform": -1e9}.get(flaw, float("-inf"))
         scores = scores.masked_fill(blocked, fill)
     elif mask is not None and mask.is_floating_point():
-        scores = scores + mask
+        scores = scores * mask if flaw == "float mask multiplied" else scores + mask
     empty = scores.isneginf().all(dim=-1, keepdim=True)
     if flaw in ("mask inverted", "empty rows NaN"):  # as a plain softmax does: 0/0
         empty = torch.zeros_like(empty)
     if flaw == "no softmax":
         weights = scores
     else:
-        axis = -2 if flaw == "softmax over the queries" else -1
+        axis = {"softmax over the queries": -2, "softmax over the heads": -3}.get(flaw, -1)
         weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=axis).masked_fill(empty, 0.0)
     if flaw == "mask after the softmax" and blocked is not None:
         weights = weights.masked_fill(blocked, 0.0)
     return weights @ (k if flaw == "keys as values" else v), weights
+
+
+def _float_mask(mask, flaw: str, scale):
+    """A float mask as an answer with ``flaw`` uses it (a bool one where it reads it as one)."""
+    return {
+        "float mask ignored": None,
+        "float mask subtracted": -mask,
+        "float mask added before the scale": mask * scale,
+        "float mask read as bool": mask != 0,
+        "float mask used to block": mask == 0,
+    }.get(flaw, mask)
 
 
 def _blocked(mask, flaw: str):

@@ -13,7 +13,7 @@ from .. import reference
 from ._core import Mistake, call_candidate, checker, compare, require_shape
 from ._failure import ExerciseFailure
 from ._steps import seeded_randn
-from .attention import ATTENTION_ROUTINES
+from .l01_attention import ATTENTION_ROUTINES
 
 __all__ = ["check_attention_in_blocks"]
 

@@ -11,8 +11,9 @@ from .. import masks, modern, reference
 from ._core import Mistake, call_candidate, checker, compare, require_shape
 from ._failure import ExerciseFailure
 from ._steps import seeded_randn
-from .attention import ATTENTION_ROUTINES, _in_order, _mistakes, call_attention
+from ._table import Case, pair
 from .fast import builds
+from .l01_attention import ATTENTION_MISTAKES, ATTENTION_ROUTINES, call_attention
 
 __all__ = ["check_grouped_query_attention", "check_sliding_window_attention"]
 
@@ -66,7 +67,7 @@ def _gqa_mistakes():
             "your query head h reads key/value head h // H_kv. Divide by the group size "
             f"G = H / H_kv instead: {_INTERLEAVE}.",
         ),
-        *(Mistake(m.name, _grouped(mistake=m), m.explanation) for m in _mistakes()),
+        *(Mistake(m.name, _grouped(mistake=m), m.explanation) for m in ATTENTION_MISTAKES),
     ]
 
 
@@ -143,12 +144,13 @@ def check_grouped_query_attention(candidate) -> int:
     mistakes = _gqa_mistakes()
     n = 0
     for case, q, k, v, mask in _gqa_cases():
-        out, w = call_attention(
-            candidate, case, q, k, v, mask, crash_hint=_GQA_CRASH, mask_hint=_gqa_mask_hint
+        got = call_attention(
+            candidate, case, q, k, v, mask=mask, crash_hint=_GQA_CRASH, mask_hint=_gqa_mask_hint
         )
         args = (q.double(), k.double(), v.double(), mask)
         ref_out, ref_w = reference.grouped_query_attention(*args[:3], attn_mask=mask)
-        _in_order(case, out, w, ref_out, ref_w)
+        pair("output", "weights")(Case(case), got, (ref_out, ref_w))
+        out, w = got
         require_shape(
             case,
             "weights",
