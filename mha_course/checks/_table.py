@@ -160,7 +160,7 @@ def _hold(case: Case, out: Out, got, expected, mistakes, inputs, table: Table) -
     cause = _diagnose(_picked(mistakes, out, kwargs), g, e, args, atol, rtol)
     _require_shape(case.name, out.what, g, e.shape, cause or _hint(out.shape_hint, g, case))
     if e.dtype == torch.bool or (out.dtype and g.dtype != e.dtype):
-        _require_dtype(case.name, out.what, g, e, cause)
+        _require_dtype(case.name, out.what, g, e, cause or _hint(out.fallback, g, case))
     if e.dtype == torch.bool:
         _compare_bool(case.name, out.what, g, e, cause or _hint(out.fallback, g, case))
         return
@@ -171,8 +171,7 @@ def _hold(case: Case, out: Out, got, expected, mistakes, inputs, table: Table) -
         e,
         atol=atol,
         rtol=rtol,
-        cause=cause or _hint(out.cause, g, case),
-        fallback_cause=_hint(out.fallback, g, case),
+        cause=cause or _hint(out.cause, g, case) or _hint(out.fallback, g, case),
     )
 
 
@@ -211,7 +210,11 @@ def _picked(mistakes: Sequence[Mistake], out: Out, kwargs: dict) -> list[Mistake
 
 
 def _hint(hint: Hint, got, case: Case) -> str:
-    return (hint(got, case) if callable(hint) else hint) or ""
+    """A hint's text; a hint that cannot read this answer says nothing (never breaks a check)."""
+    try:
+        return (hint(got, case) if callable(hint) else hint) or ""
+    except Exception:
+        return ""
 
 
 def _not_a_tensor(case: str, what: str, got) -> str:
