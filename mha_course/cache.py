@@ -95,15 +95,14 @@ class LayerCache:
         cache = self.cache
         start = cache.length
         end = start + k.size(-2)
-        keys, values = (
-            cache.buffer[self.index, 0],
-            cache.buffer[self.index, 1],
-        )  # (B, H, max_len, D)
+        keys = cache.buffer[self.index, 0]  # (B, H, max_len, D)
         if k.shape[:2] != keys.shape[:2] or k.size(-1) != keys.size(-1):
             raise ValueError(
                 f"new keys of shape {shape_str(k.shape)} do not fit a cache of shape "
                 f"{shape_str(keys.shape)} (B, H, max_len, D)"
             )
-        keys[:, :, start:end] = k
-        values[:, :, start:end] = v
-        return keys[:, :, :end], values[:, :, :end]
+        # each write indexes the buffer afresh: with autograd on, a view taken before the first
+        # write is stale after it, and writing the whole of it (0:max_len) fails as a leaf's
+        cache.buffer[self.index, 0, :, :, start:end] = k
+        cache.buffer[self.index, 1, :, :, start:end] = v
+        return cache.buffer[self.index, 0, :, :, :end], cache.buffer[self.index, 1, :, :, :end]

@@ -50,12 +50,16 @@ class RotaryEmbedding(nn.Module):
         if isinstance(base, bool) or not isinstance(base, numbers.Real) or not base > 1:
             raise ValueError(f"base must be a number > 1, got {base!r}")
         self.head_dim, self.base = head_dim, float(base)
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim  # 2i / D
-        self.register_buffer("inv_freq", self.base**-exponents, persistent=False)  # θ_i, (D/2,)
 
     def angles(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """cos and sin of p · θ_i for each position, each (L, D) (the D/2 angles, twice)."""
-        angles = positions.to(torch.float64)[:, None] * self.inv_freq[None, :]  # (L, D/2)
+        """cos and sin of p · θ_i for each position, each (L, D) (the D/2 angles, twice).
+
+        θ_i is computed here, in float64, not kept in a buffer: ``model.to(torch.bfloat16)``
+        would round a buffer's θ_i, and turn a token 2000 positions in by a radian or more."""
+        D = self.head_dim
+        exponents = torch.arange(0, D, 2, dtype=torch.float64, device=positions.device) / D
+        inv_freq = self.base**-exponents  # θ_i = base^(-2i/D), (D/2,)
+        angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]  # (L, D/2)
         angles = torch.cat((angles, angles), dim=-1)  # (L, D): feature i and i + D/2 share one
         return angles.cos(), angles.sin()
 

@@ -153,3 +153,54 @@ def test_cached_attention_wrong_output_shape_and_not_done(capsys):
             raise NotImplementedError
 
     not_done(check_cached_attention, Skeleton, capsys)
+
+
+# The checker holds the outputs and weights to atol 1e-4 and rtol 1e-3 of its float64 reference
+# (|got - expected| <= atol + rtol·|expected|): an answer off by twice that fails, by half passes.
+ATOL, RTOL = 1e-4, 1e-3
+WHERE = {  # which entries an answer is off at, by their size: where atol or rtol decides
+    "everywhere": lambda size: torch.ones_like(size, dtype=torch.bool),
+    "near 0": lambda size: size < 0.05,
+    "large": lambda size: size >= 0.5,
+}
+
+
+def off_by(what: str, factor: float, where: str):
+    """reference.CachedAttention with its ``what`` (outputs or weights) moved away from 0 by
+    factor · (atol + rtol·|x|) at the entries ``where`` picks; ``moved`` counts them."""
+
+    class NearlyRight(reference.CachedAttention):
+        moved = 0
+
+        def forward(self, query, key, value, attn_mask=None):
+            result = dict(
+                zip(("outputs", "weights"), super().forward(query, key, value, attn_mask))
+            )
+            x = result[what]
+            picked = WHERE[where](x.abs())
+            step = factor * (ATOL + RTOL * x.abs()) * torch.where(x < 0, -1.0, 1.0)
+            result[what] = torch.where(picked, x + step, x)
+            NearlyRight.moved += int(picked.sum())
+            return result["outputs"], result["weights"]
+
+    return NearlyRight
+
+
+@pytest.mark.parametrize(
+    "what, factor, where",
+    [
+        ("outputs", 0.5, "everywhere"),
+        ("outputs", 2.0, "near 0"),
+        ("outputs", 2.0, "large"),
+        ("weights", 0.5, "everywhere"),
+        ("weights", 2.0, "near 0"),
+        ("weights", 2.0, "large"),
+    ],
+)
+def test_cached_attention_tolerance_is_pinned(what, factor, where, capsys):
+    candidate = off_by(what, factor, where)
+    if factor < 1:
+        passes(check_cached_attention, candidate, capsys)
+    else:
+        fails_with(check_cached_attention, candidate, f"{what} differ from the reference")
+    assert candidate.moved > 0  # the cases have entries of that size

@@ -130,6 +130,39 @@ def test_decoder_layer_layouts_unbatched_and_is_causal():
     )
 
 
+TARGET_MASKS = {  # the target's masks, each tried with tgt_is_causal None, False and True
+    "no mask": {},
+    "padding only": {"tgt_pad": [5, 3, 2]},
+    "causal mask": {"tgt_mask": "causal"},
+    "causal mask and padding": {"tgt_mask": "causal", "tgt_pad": [5, 3, 2]},
+}
+
+
+@pytest.mark.parametrize("is_causal", [None, False, True])
+@pytest.mark.parametrize("kind", list(TARGET_MASKS))
+@pytest.mark.parametrize("stack", [False, True], ids=["DecoderLayer", "Decoder"])
+def test_tgt_is_causal_in_each_state_against_torch(stack, kind, is_causal):
+    """tgt_is_causal is a hint: None and False add no mask (torch's Decoder reads None off
+    tgt_mask), True without tgt_mask stands for the causal mask. Against torch's layer or stack
+    given the mask that stands for, with the same weights."""
+    theirs = torch_layer()
+    if stack:
+        theirs = nn.TransformerDecoder(theirs, num_layers=2)
+    ours = (Decoder if stack else DecoderLayer).from_torch(theirs)
+    B, T, S = 3, 5, 7
+    g = torch.Generator().manual_seed(2)
+    tgt, memory = randn(B, T, E, generator=g), randn(B, S, E, generator=g)
+    spec, given = TARGET_MASKS[kind], {}
+    if "tgt_pad" in spec:
+        given["tgt_key_padding_mask"] = padding_mask(spec["tgt_pad"], T)
+    if "tgt_mask" in spec:
+        given["tgt_mask"] = causal(T)
+    meant = {**given, "tgt_mask": causal(T)} if is_causal else given  # spelled out for torch
+    torch.testing.assert_close(
+        ours(tgt, memory, tgt_is_causal=is_causal, **given), theirs(tgt, memory, **meant)
+    )
+
+
 def test_decoder_layer_need_weights_gives_self_and_cross_weights():
     theirs = torch_layer()
     ours = DecoderLayer.from_torch(theirs)

@@ -225,3 +225,58 @@ def test_positions_none_has_no_position_embedding_and_still_caches():
         ValueError, match=r"positions must be one of 'learned', 'none', .*got 'sinusoidal'"
     ):
         small_lm(positions="sinusoidal")
+
+
+CAPACITY_OPTIONS = [  # every way the model attends, each with a cache of max_len = 12
+    {},
+    {"positions": "none"},
+    {"positions": "rope", "num_kv_heads": 2},
+    {"positions": "alibi", "num_kv_heads": 1},
+    {"positions": "alibi", "window": 3},
+]
+FILLS = [[12], [11, 1], [5, 4, 3], [1] * 12]  # pieces that fill the cache exactly
+
+
+@pytest.mark.parametrize("pieces", FILLS, ids=lambda p: "+".join(map(str, p)))
+@pytest.mark.parametrize("options", CAPACITY_OPTIONS, ids=lambda o: str(o or "learned"))
+def test_a_cache_holds_exactly_max_len_tokens_and_refuses_one_more(options, pieces):
+    lm = small_lm(6, dtype=torch.float64, max_len=12, **options)
+    ids = torch.randint(0, 23, (2, 12), generator=torch.Generator().manual_seed(6))
+    full = lm(ids)  # without a cache, max_len tokens fit too
+    cache, logits, start = lm.new_cache(2), [], 0
+    for n in pieces:
+        logits.append(lm(ids[:, start : start + n], cache=cache))
+        start += n
+    assert cache.length == 12
+    torch.testing.assert_close(torch.cat(logits, dim=1), full)
+    with pytest.raises(ValueError, match=r"holds 12 tokens and room for 12: 1 more do not fit"):
+        lm(ids[:, :1], cache=cache)
+    assert cache.length == 12  # a refused forward leaves the cache as it was
+    with pytest.raises(ValueError, match=r"ids has 13 tokens .* more than max_len = 12"):
+        lm(torch.cat([ids, ids[:, :1]], dim=1))
+
+
+@pytest.mark.parametrize("length", [0, 1, 4, 5])
+def test_kv_cache_room_up_to_max_len_exactly(length):
+    """require_room: new tokens that bring the cache to max_len exactly fit, one more does not."""
+    cache = KVCache(2, 3, 2, 4, max_len=5)
+    cache.advance(length)
+    cache.require_room(3, 5 - length)
+    with pytest.raises(ValueError, match=rf"holds {length} tokens and room for 5: {6 - length} "):
+        cache.require_room(3, 6 - length)
+
+
+@pytest.mark.parametrize("prompt", [1, 5, 47])
+@pytest.mark.parametrize("options", CAPACITY_OPTIONS[::2], ids=lambda o: str(o or "learned"))
+def test_generate_up_to_max_len_exactly(options, prompt):
+    """generate to max_len = 48 tokens in all: the same tokens with and without the cache; one
+    token more is refused before anything runs."""
+    lm = small_lm(7, **options)
+    ids = torch.randint(0, 23, (2, prompt), generator=torch.Generator().manual_seed(7))
+    runs = [
+        generate(lm, ids, 48 - prompt, use_cache=c, generator=torch.Generator().manual_seed(8))
+        for c in (True, False)
+    ]
+    assert runs[0].shape == (2, 48) and torch.equal(*runs)
+    with pytest.raises(ValueError, match=rf"ask for at most {48 - prompt} new tokens"):
+        generate(lm, ids, 49 - prompt)

@@ -1,15 +1,17 @@
 """progress and grade: every verdict a room can produce, end to end, in subprocesses."""
 
+import ast
 import csv
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from mha_course.exercises import EXERCISES
-from mha_course.grading import Submission, collect_submissions
+from mha_course.grading import collect_submissions
 from mha_course.grading.report import summary_lines, write_html
 from mha_course.grading.runner import Row, grade_submission
 from mha_course.work import TODO
@@ -19,10 +21,26 @@ SOLUTIONS = authoring.solution_answers()
 # softmax opens the course; the other names come from the registry, which lessons change
 assert EXERCISES[0].name == "softmax"
 SECOND = EXERCISES[1].name  # another exercise of the first lesson
-LATER = next(  # a later lesson's exercise, one that softmax's answer feeds if any does
-    (e.name for e in EXERCISES if e.lesson > "00" and "softmax(" in SOLUTIONS[e.name]),
-    next(e.name for e in EXERCISES if e.lesson > "00"),
-)
+
+
+def calls(name: str, source: str) -> bool:
+    """``source`` calls ``name`` itself, the learner's own answer, which the lessons leave in the
+    namespace for the later exercises (not ``torch.softmax(...)``, not a word in a docstring)."""
+    return any(
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+        for node in ast.walk(ast.parse(source))
+    )
+
+
+# an exercise -> the later exercises whose reference answers call it: they use its answer
+DEPENDENTS = {
+    e.name: [later.name for later in EXERCISES[i + 1 :] if calls(e.name, SOLUTIONS[later.name])]
+    for i, e in enumerate(EXERCISES)
+}
+DEPENDENTS = {name: later for name, later in DEPENDENTS.items() if later}
+FIRST = next(iter(DEPENDENTS))  # the first exercise that a later one calls ...
+THEN = DEPENDENTS[FIRST][0]  # ... and the first that calls it
+LATER = next(e.name for e in EXERCISES if e.lesson > "00")  # a later lesson's exercise
 GOOD = SOLUTIONS["softmax"]
 WRONG = "# exercise: softmax\ndef softmax(scores):\n    return scores.exp() / scores.exp().sum(0, keepdim=True)\n"
 SYNTAX = "# exercise: softmax\ndef softmax(scores)\n    return scores\n"
@@ -139,16 +157,95 @@ def test_saved_answers_win_over_notebook_cells_and_paths_merge(tmp_path):
         collect_submissions([tmp_path / "nobody"])
 
 
-def test_a_later_answer_uses_the_learners_earlier_one_or_the_reference(tmp_path):
-    """Answers run in one namespace, in lesson order: a wrong earlier answer is replaced by the
-    reference for the later exercises, as in the lessons."""
+def broken(name: str, body: str = 'raise RuntimeError("broken on purpose")') -> str:
+    """An answer to exercise ``name`` that runs and defines ``name``, whose calls run ``body``."""
+    return f"# exercise: {name}\nimport os\n\n\ndef {name}(*args, **kwargs):\n    {body}\n"
+
+
+def grade_room(room: Path, answers: dict[str, dict[str, str]], *, timeout: float, guard: float):
+    """``python -m mha_course grade`` on one folder per learner (``{learner: {exercise: source}}``):
+    ``({(learner, exercise): (status, cause)}, seconds)``. A grader that has not finished after
+    ``guard`` seconds fails the test instead of hanging the suite."""
+    paths = [str(learner(room, name, sources)) for name, sources in answers.items()]
+    out_csv = room / "results.csv"
+    command = [sys.executable, "-m", "mha_course", "grade", *paths, "--csv", str(out_csv)]
+    start = time.monotonic()
+    try:
+        done = subprocess.run(
+            [*command, "--timeout", f"{timeout:g}"], capture_output=True, text=True, timeout=guard
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the grader did not finish within {guard:g} s: it hangs")
+    seconds = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    with open(out_csv, newline="", encoding="utf-8") as f:
+        rows = csv.DictReader(f)
+        return {(r["learner"], r["exercise"]): (r["status"], r["cause"]) for r in rows}, seconds
+
+
+SLOW = {  # learner -> a softmax that needs 100 s, not forever: it would pass, given the time
+    "slow_to_define": f"# exercise: softmax\nimport time\n\ntime.sleep(100)\n\n{GOOD}",
+    "slow_on_its_first_call": (
+        f"{GOOD}\n\nimport time\n\n_right = softmax\n_naps = [100]\n\n\n"
+        "def softmax(scores):\n    if _naps:\n        time.sleep(_naps.pop())\n"
+        "    return _right(scores)\n"
+    ),
+}
+
+
+def test_a_slow_answer_is_stopped_at_the_per_exercise_limit(tmp_path):
+    """Graded with --timeout 3, each is stopped after about 3 s (plus the time the workers take
+    to start), recorded as a timeout, never waited for."""
+    answers = {name: {"softmax": source} for name, source in SLOW.items()}
+    table, seconds = grade_room(tmp_path, answers, timeout=3, guard=300)
+    for name in SLOW:
+        assert table[(name, "softmax")] == ("timeout", "still running after 3 s"), name
+    assert 3 <= seconds < 60
+
+
+EXITS = {  # learner -> (an answer to FIRST that ends its worker, the exit code)
+    "exits_0_when_called": (broken(FIRST, "os._exit(0)"), 0),
+    "exits_0_when_defined": (f"# exercise: {FIRST}\nimport os\n\nos._exit(0)\n", 0),
+    "exits_5_when_called": (broken(FIRST, "os._exit(5)"), 5),
+}
+
+
+def test_a_worker_that_exits_in_an_answer_costs_that_exercise_only(tmp_path):
+    """Exit code 0 included (a worker that ends mid-exercise has not finished): the exercise is
+    an error naming the code, and the grader goes on with the next answer in a fresh worker (one
+    that calls FIRST: it gets the reference) instead of starting the same answer again."""
+    answers = {name: {FIRST: source, THEN: SOLUTIONS[THEN]} for name, (source, _) in EXITS.items()}
+    table, _ = grade_room(tmp_path, answers, timeout=60, guard=120)
+    for name, (_, code) in EXITS.items():
+        status, cause = table[(name, FIRST)]
+        assert status == "error" and f"exited (code {code})" in cause, (name, cause)
+        assert table[(name, THEN)] == ("pass", ""), (name, table[(name, THEN)])
+
+
+NOT_PASSING = {  # how an answer can fail to pass -> (the answer to exercise `name`, its status)
+    "fails": (broken, "fail"),
+    "skeleton": (lambda name: broken(name, TODO), "not_done"),  # never run
+}  # (one that ends its worker: test_a_worker_that_exits_in_an_answer_costs_that_exercise_only)
+ROOM = {  # learner -> (the exercise answered so that it does not pass, how)
+    **{f"fails_{first}": (first, "fails") for first in DEPENDENTS},
+    **{f"{how}_{FIRST}": (FIRST, how) for how in NOT_PASSING},
+}
+
+
+def test_a_later_answer_gets_the_reference_for_an_earlier_one_that_does_not_pass(tmp_path):
+    """Answers run in one namespace, in lesson order, as in the lessons: for every exercise that
+    a later reference answer calls, an answer to it that does not pass, then right answers to
+    all the exercises that call it. They must pass: they get the course's reference instead."""
     answers = {
-        "softmax": WRONG,
-        LATER: SOLUTIONS[LATER],
+        name: {first: NOT_PASSING[how][0](first)}
+        | {later: SOLUTIONS[later] for later in DEPENDENTS[first]}
+        for name, (first, how) in ROOM.items()
     }
-    rows = by_exercise(grade_submission(Submission("jo", answers), timeout=30, names=set(answers)))
-    assert rows["softmax"].status == "fail"
-    assert rows[LATER].status == "pass"
+    table, _ = grade_room(tmp_path, answers, timeout=60, guard=600)
+    for name, (first, how) in ROOM.items():
+        assert table[(name, first)][0] == NOT_PASSING[how][1], (name, table[(name, first)])
+        for later in DEPENDENTS[first]:
+            assert table[(name, later)] == ("pass", ""), (name, later, table[(name, later)])
 
 
 def test_grade_usage_errors_exit_non_zero(tmp_path):

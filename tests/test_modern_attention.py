@@ -20,6 +20,7 @@ from mha_course import (
     masks,
     scaled_dot_product_attention,
 )
+from mha_course.modern import decoder_mask
 
 f64 = torch.float64
 quick = settings(max_examples=25, deadline=None)
@@ -37,6 +38,20 @@ def test_rope_equals_hugging_faces_llama(head_dim, base):
     rope = RotaryEmbedding(head_dim, base=base)
     torch.testing.assert_close(rope(q, positions), q_ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(rope(k, positions), k_ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("head_dim", [8, 64])
+def test_rope_cast_to_half_precision_still_turns_far_positions_right(head_dim, dtype):
+    """``model.to(torch.bfloat16)`` casts every module: the rotation of tokens 4000 positions in
+    stays the float64 one, to the rounding of x, cos and sin in that dtype."""
+    x = torch.randn(2, 16, head_dim, dtype=f64, generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(4000, 4016)
+    expected = RotaryEmbedding(head_dim)(x, positions)
+    got = RotaryEmbedding(head_dim).to(dtype)(x.to(dtype), positions)
+    assert got.dtype == dtype
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(got.to(f64), expected, atol=4 * eps, rtol=2 * eps)
 
 
 def test_rope_scores_depend_only_on_the_offset():
@@ -111,6 +126,60 @@ def test_alibi_gives_blooms_attention_under_the_causal_mask():
 def test_alibi_offset_continues_a_cache():
     full = alibi_bias(4, 6, 6)
     torch.testing.assert_close(alibi_bias(4, 2, 6, offset=4), full[:, 4:])
+
+
+# Far back: float16 holds the integers exactly only up to 2048, bfloat16 up to 256; a bias
+# computed from distances in either is off by a unit of its last place, or more.
+HALF = [torch.float16, torch.bfloat16]
+FAR = 4200  # keys: the last query is 4199 positions after the first key
+
+
+def exact_alibi(slopes, T: int, S: int, offset: int):
+    """-m_h · ((i + offset) - j), (H, T, S), in float64: exact for these slopes and distances."""
+    distance = torch.arange(T, dtype=f64)[:, None] + offset - torch.arange(S, dtype=f64)
+    return -slopes.to(f64)[:, None, None] * distance
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_alibi_bias_far_back_is_within_one_unit_of_the_last_place(dtype):
+    for num_heads in range(1, 33):
+        got = alibi_bias(num_heads, 3, FAR, offset=FAR - 3, dtype=dtype)
+        expected = exact_alibi(bloom_alibi_slopes(num_heads), 3, FAR, FAR - 3)
+        unit = torch.finfo(dtype).eps * torch.exp2(expected.abs().log2().floor())  # 0 at i = j
+        assert got.dtype == dtype
+        assert ((got.to(f64) - expected).abs() <= unit).all(), f"{num_heads} heads"
+
+
+DECODER_MASKS = [  # (T new tokens, S keys, window); S - T keys come from a cache
+    (5, 5, None),
+    (1, FAR, None),
+    (3, FAR, None),
+    (4, FAR, 100),
+    (6, 6, 2),
+    (2, 300, 300),
+]
+
+
+@pytest.mark.parametrize("alibi", [False, True], ids=["no alibi", "alibi"])
+@pytest.mark.parametrize("dtype", [torch.float32, *HALF], ids=str)
+@pytest.mark.parametrize("T, S, window", DECODER_MASKS)
+def test_decoder_mask_is_the_definition_far_back(T, S, window, dtype, alibi):
+    """New token i is token S - T + i: it sees key j <= S - T + i, at most `window` back, with
+    ALiBi's bias for the slopes given (in the model's dtype), rounded once."""
+    position = torch.arange(T)[:, None] + S - T
+    seen = torch.arange(S) <= position
+    if window is not None:
+        seen &= position - torch.arange(S) < window
+    blocked = torch.zeros(T, S, dtype=f64).masked_fill(~seen, -math.inf)
+    for num_heads in (1, 3, 12, 20, 32) if alibi else [1]:
+        slopes = alibi_slopes(num_heads).to(dtype) if alibi else None
+        mask = decoder_mask(T, S, dtype, window=window, alibi_slopes=slopes)
+        bias = mask.bias if mask.bias is not None else torch.zeros(T, S, dtype=dtype)
+        expected = blocked + (exact_alibi(slopes, T, S, S - T) if alibi else 0)
+        assert bias.dtype == dtype and mask.empty is None
+        torch.testing.assert_close(
+            bias.expand(num_heads, T, S), expected.to(dtype).expand(num_heads, T, S), atol=0, rtol=0
+        )
 
 
 # ---------------------------------------------------------------- sliding windows

@@ -2,6 +2,7 @@
 windows, against Hugging Face's Llama attention (RoPE and GQA), BLOOM's ALiBi slopes and masks
 written out with loops; the KV cache with every option; torch.compile; clear errors."""
 
+import copy
 import math
 
 import pytest
@@ -152,6 +153,40 @@ def test_generate_gives_the_same_tokens_with_and_without_the_cache(options):
         for c in (True, False)
     ]
     assert torch.equal(*runs)
+
+
+LONG = 2100  # tokens: past 2048, float16 no longer holds every position or distance exactly
+HALF_TOLERANCE = {torch.float16: 0.008, torch.bfloat16: 0.06}  # on logits up to about 4
+LONG_OPTIONS = [
+    dict(positions="learned"),
+    dict(positions="rope", num_kv_heads=2),
+    dict(positions="rope", window=300),
+    dict(positions="alibi", num_kv_heads=1),
+    dict(positions="alibi", num_kv_heads=2, window=64),
+]
+
+
+@pytest.mark.parametrize(
+    "options", LONG_OPTIONS, ids=lambda o: ", ".join(f"{k}={v}" for k, v in o.items())
+)
+def test_decoding_far_from_the_start_in_half_precision(options):
+    """A prompt of 2092 tokens, then one token at a time through the cache, by the model cast to
+    float16 and to bfloat16 (on the CPU): the logits of the float64 model run without a cache,
+    to half precision."""
+    lm = small_lm(6, d_model=128, dim_feedforward=64, max_len=LONG, **options)  # head_dim 32
+    ids = torch.randint(0, V, (1, LONG), generator=torch.Generator().manual_seed(6))
+    prompt = LONG - 8
+    with torch.no_grad():
+        expected = lm(ids)[:, prompt:]
+        for dtype, tolerance in HALF_TOLERANCE.items():
+            half = copy.deepcopy(lm).to(dtype)
+            cache = half.new_cache(1)
+            half(ids[:, :prompt], cache=cache)
+            steps = torch.cat(
+                [half(ids[:, t : t + 1], cache=cache) for t in range(prompt, LONG)], 1
+            )
+            assert steps.dtype == dtype
+            torch.testing.assert_close(steps.to(f64), expected, atol=tolerance, rtol=0)
 
 
 def test_the_cache_holds_the_key_value_heads_only():
