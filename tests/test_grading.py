@@ -320,3 +320,28 @@ def test_nbgrader_style_folders_and_course_clones(tmp_path):
     nbformat.write(skeleton, clone / "notebooks" / "00_setup.ipynb")
     (submission,) = collect_submissions([clone / "notebooks"])
     assert submission.learner == "lee" and submission.answers == {"softmax": SKELETON}
+
+
+def test_a_worker_killed_outside_an_exercise_is_started_again(monkeypatch):
+    """A worker killed while it starts or between two exercises (out of memory on a busy
+    machine) blames no answer: a fresh worker is started; one that keeps dying so is reported as
+    the grader's error, not the learner's."""
+    from mha_course.grading import runner
+    from mha_course.grading.answers import Submission
+
+    real, calls = runner._run_worker, []
+
+    def dies_first(job, timeout, folder, attempt):
+        calls.append(attempt)
+        if attempt == 0:
+            return [], "died between exercises -9"
+        return real(job, timeout, folder, attempt)
+
+    monkeypatch.setattr(runner, "_run_worker", dies_first)
+    right = {"softmax": GOOD}
+    rows = runner.grade_submission(Submission("ada", right), names={"softmax"})
+    assert [(r.exercise, r.status) for r in rows] == [("softmax", "pass")] and calls == [0, 1]
+
+    monkeypatch.setattr(runner, "_run_worker", lambda *a: ([], "died between exercises -9"))
+    rows = runner.grade_submission(Submission("ada", right), names={"softmax"})
+    assert [(r.status, r.cause) for r in rows] == [("error", "the grader's worker kept stopping")]

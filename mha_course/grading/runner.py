@@ -4,7 +4,8 @@
 at once as there are CPU cores, and watches each worker's results file. An exercise that runs
 past ``timeout`` seconds is recorded as ``timeout``; a worker that dies (``os._exit``, a crash)
 leaves ``error`` on the exercise it was running; either way a fresh worker goes on with the
-learner's remaining exercises. The learner's own output (prints, warnings) is discarded.
+learner's remaining exercises. A worker killed outside any exercise (while it starts, or between
+two: out of memory on a busy machine) blames no answer: it is started again. The learner's own output (prints, warnings) is discarded.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = ["Row", "grade_submissions", "STATUSES"]
 
 STATUSES = ("pass", "fail", "not_done", "error", "timeout")
 STARTUP_LIMIT = 180.0  # seconds for a worker to import torch and the package, on a busy machine
+RETRIES = 2  # a worker killed outside any exercise is started again this many times in a row
 
 
 @dataclass(frozen=True)
@@ -82,8 +84,10 @@ def _run_worker(job: dict, timeout: float, folder: Path, attempt: int) -> tuple[
         running = events and "event" in events[-1]
         limit = timeout if running else STARTUP_LIMIT
         if code is not None:
-            if code != 0 or running:
+            if running:
                 ending = f"died {code}"
+            elif code != 0:  # killed while starting or between exercises: no answer to blame
+                ending = f"died between exercises {code}"
             break
         if time.monotonic() - started > limit:
             _kill(process)
@@ -99,7 +103,7 @@ def grade_submission(submission: Submission, timeout: float = 60.0, names=None) 
     todo = [e.name for e in EXERCISES if names is None or e.name in names]
     known: dict[str, tuple[str, str]] = {}
     with tempfile.TemporaryDirectory(prefix="mha-grade-") as tmp:
-        attempt = 0
+        attempt, quiet_deaths = 0, 0
         while [n for n in todo if n not in known]:
             remaining = [n for n in todo if n not in known]
             job = {
@@ -109,6 +113,8 @@ def grade_submission(submission: Submission, timeout: float = 60.0, names=None) 
             }
             events, ending = _run_worker(job, timeout, Path(tmp), attempt)
             attempt += 1
+            if any("status" in event for event in events):
+                quiet_deaths = 0
             for event in events:
                 if "status" in event:
                     known[event["exercise"]] = (event["status"], event["cause"])
@@ -119,6 +125,14 @@ def grade_submission(submission: Submission, timeout: float = 60.0, names=None) 
                 break
             if ending == "timeout":
                 known[stuck] = ("timeout", f"still running after {timeout:g} s")
+            elif ending.startswith("died between exercises"):
+                # the machine's doing (out of memory, a signal), not the learner's: try again,
+                # up to RETRIES times in a row
+                quiet_deaths += 1
+                if quiet_deaths <= RETRIES:
+                    continue
+                for name in remaining:
+                    known.setdefault(name, ("error", "the grader's worker kept stopping"))
             elif ending.startswith("died (no start"):
                 for name in remaining:  # the worker never got going: nothing to blame a learner for
                     known.setdefault(name, ("error", "the grader's worker did not start"))
