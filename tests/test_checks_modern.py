@@ -360,11 +360,13 @@ def gqa_mistaken(*, share="interleave", scale=True, mask="right", dim=-1, check_
         scores = query @ key.transpose(-2, -1)
         if scale:
             scores = scores / math.sqrt(query.size(-1))
-        if attn_mask is not None and mask != "ignored":
+        if attn_mask is not None and mask not in ("ignored", "after"):
             scores = scores.masked_fill(
                 attn_mask if mask == "inverted" else ~attn_mask, float("-inf")
             )
         weights = torch.softmax(scores, dim=dim)
+        if attn_mask is not None and mask == "after":
+            weights = weights * attn_mask
         return weights @ value, weights
 
     return grouped_query_attention
@@ -378,9 +380,18 @@ def gqa_mistaken(*, share="interleave", scale=True, mask="right", dim=-1, check_
         (gqa_mistaken(scale=False), "not scaled"),
         (gqa_mistaken(mask="ignored"), "the mask has no effect"),
         (gqa_mistaken(mask="inverted"), "the mask is inverted"),
+        (gqa_mistaken(mask="after"), "the mask was applied after the softmax"),
         (gqa_mistaken(dim=-2), "the weights sum to 1 down each column, over the queries"),
     ],
-    ids=["repeat", "h // H_kv", "no scale", "mask ignored", "mask inverted", "softmax axis"],
+    ids=[
+        "repeat",
+        "h // H_kv",
+        "no scale",
+        "mask ignored",
+        "mask inverted",
+        "mask after the softmax",
+        "softmax axis",
+    ],
 )
 def test_gqa_names_each_classic_mistake(candidate, phrase):
     fails_with(check_grouped_query_attention, candidate, "Likely cause", phrase)
@@ -557,3 +568,17 @@ def test_registered_for_lesson_08_and_used_until_the_learner_passes(name, check,
     assert exercise.reference is getattr(reference, name)
     assert yours_or_reference(check, skeleton, exercise.reference) is exercise.reference
     assert "is not done yet" in capsys.readouterr().out
+
+
+def test_gqa_a_crash_with_the_mask_names_the_mask():
+    def squeezed(query, key, value, attn_mask=None):
+        if attn_mask is not None:
+            attn_mask = attn_mask.squeeze()  # (2, 1, 1, 6) -> (2, 6): against (L, S), a crash
+        return gqa_lesson(query, key, value, attn_mask)
+
+    fails_with(
+        check_grouped_query_attention,
+        squeezed,
+        "Case 'padding mask",
+        "the mask (2, 1, 1, 6) broadcast as it is",
+    )

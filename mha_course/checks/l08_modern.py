@@ -293,7 +293,19 @@ _GQA_FLAWS = [
     "mask ignored",
     "mask inverted",
     "mask filled with 0",
+    "mask after the softmax",
 ]
+
+
+def _gqa_crash(got, case: Case) -> str:
+    mask = case.kwargs.get("attn_mask")
+    return (
+        "a shape mix-up. query is (B, H, L, D), key and value (B, H_kv, S, ·) with fewer heads: "
+        "each query head gets its key/value head first (the heads' axis grows from H_kv to H), "
+        "then attention as in lesson 01"
+        + ("." if mask is None else f", the mask {tuple(mask.shape)} broadcast as it is against ")
+        + ("" if mask is None else "the scores (B, H, L, S).")
+    )
 
 
 def _gqa_cases():
@@ -342,9 +354,7 @@ check_grouped_query_attention = exercise(
                 fallback=f"check which key/value head each query head reads: {_INTERLEAVE}.",
             ),
         ],
-        crash="a shape mix-up. query is (B, H, L, D), key and value (B, H_kv, S, ·) with fewer "
-        "heads: each query head gets its key/value head first (the heads' axis grows from H_kv "
-        "to H), then attention as in lesson 01, the mask broadcast against the scores (B, H, L, S).",
+        crash=_gqa_crash,
     ),
 )
 
