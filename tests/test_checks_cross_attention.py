@@ -97,6 +97,13 @@ def norm1_twice(self, x, memory, memory_mask=None):
     return self.norm3(z2 + self.ffn(z2))
 
 
+def roles_swapped(self, x, memory, memory_mask=None):
+    """The cross-attention's queries from memory, its keys and values from the decoder."""
+    z1 = self.norm1(x + self.selfattn(x))
+    z2 = self.norm2(z1 + self.cross(memory, z1, memory_mask))
+    return self.norm3(z2 + self.ffn(z2))
+
+
 def always_dropout(self, x, memory, memory_mask=None):
     out = right()(self, x, memory, memory_mask)
     return F.dropout(out, self.dropout.p, training=True)  # ignores eval mode
@@ -116,15 +123,16 @@ def test_decoder_layer_accepts_correct_answers(candidate, capsys):
         (right(memory="decoder"), "takes its keys and values from the decoder"),
         (right(mask=None), "the memory mask is not used"),
         (right(mask="inverted"), "the memory mask is inverted"),
-        (right(self_mask=None), "the self-attention has no causal mask"),
-        (right(act=F.gelu), "the activation is GELU"),
-        (pre_ln, "you wrote the pre-LN layer"),
+        (right(self_mask=None), "there is no causal mask"),
+        (right(act=F.gelu), "the activation is the other one"),
+        (pre_ln, "the LayerNorms sit in the other place"),
         (cross_reads_x, "queries come from the layer's input x"),
         (cross_first, "the two attentions run in the other order"),
         (no_cross_residual, "residual around the cross-attention is missing"),
-        (ffn_reads_z1, "the feed-forward network reads z1"),
+        (ffn_reads_z1, "reads what the sub-layer before it read"),
         (norm1_twice, "you used norm1 twice"),
         (always_dropout, "dropout is still on"),
+        (roles_swapped, "the cross-attention's roles are swapped"),
     ],
 )
 def test_decoder_layer_names_each_mistake(forward, phrase):

@@ -105,15 +105,16 @@ def given_mask(T, S):
     "candidate, phrase",
     [
         (cached(mask=lambda T, S: torch.ones(T, S, dtype=torch.bool).tril()), "aligned top-left"),
+        (cached(mask=lambda T, S: bottom_right(T, S + 1)[:, :-1]), "one place too far right"),
         (cached(mask=None), "there is no causal mask over the keys"),
         (cached(mask=given_mask), "a mask of the wrong shape?"),
         (cached(axis=1), "along axis 1"),
         (cached(axis=-1), "along axis 3"),
         (cached(keep=False), "the cached keys and values are not used"),
-        (cached(attend_first=True), "not over their own"),
+        (cached(attend_first=True), "the cached keys only, not their own"),
         (cached(scale="E"), "scaled by √d_model"),
         (cached(reproject=True), "computed again at every step"),
-        (cached(pair=False), "return (output, weights)"),
+        (cached(pair=False), "returns (output, weights)"),
     ],
 )
 def test_cached_attention_names_each_mistake(candidate, phrase):
@@ -137,6 +138,35 @@ def scaled_by_d_model():
     return Scaled
 
 
+class OnTheAttention(reference.CachedAttention):
+    """Keeps its cache on the attention it wraps: the next CachedAttention around the same
+    attention starts with the previous sequence's keys and values."""
+
+    def forward(self, query, key, value, attn_mask=None):
+        self.k, self.v = getattr(self.attn, "cache", (None, None))
+        result = super().forward(query, key, value, attn_mask)
+        self.attn.cache = (self.k, self.v)
+        return result
+
+
+class OnTheClass(reference.CachedAttention):
+    """Keeps its cache on the class, shared by every CachedAttention."""
+
+    shared = {}
+
+    def forward(self, query, key, value, attn_mask=None):
+        self.k, self.v = OnTheClass.shared.get("k"), OnTheClass.shared.get("v")
+        result = super().forward(query, key, value, attn_mask)
+        OnTheClass.shared.update(k=self.k, v=self.v)
+        return result
+
+
+@pytest.mark.parametrize("candidate", [OnTheAttention, OnTheClass])
+def test_cached_attention_a_cache_that_keeps_the_previous_sequence(candidate):
+    message = fails_with(check_cached_attention, candidate, "still holds the previous sequence")
+    assert "piece 0" in message
+
+
 def test_cached_attention_wrong_output_shape_and_not_done(capsys):
     class AllTokens(reference.CachedAttention):
         """Returns every token's output, cached ones too."""
@@ -146,7 +176,7 @@ def test_cached_attention_wrong_output_shape_and_not_done(capsys):
             earlier = out.new_zeros(out.size(0), self.k.size(2) - out.size(1), out.size(2))
             return torch.cat([earlier, out], dim=1), None
 
-    fails_with(check_cached_attention, AllTokens, "return the output of the new tokens only")
+    fails_with(check_cached_attention, AllTokens, "the output of the new tokens only")
 
     class Skeleton(reference.CachedAttention):
         def forward(self, query, key, value, attn_mask=None):

@@ -111,7 +111,7 @@ def test_rotary_positions_ignored_fails_only_once_positions_do_not_start_at_zero
 
 
 def test_rotary_wants_the_inputs_dtype():
-    fails_with(check_rotary, rotary_mistaken(float64_out=True), "float32", ".to(x.dtype)")
+    fails_with(check_rotary, rotary_mistaken(float64_out=True), "float32", "back to x's dtype")
 
 
 def test_rotary_calling_the_package_is_told_to_write_it():
@@ -162,7 +162,7 @@ def rope_attention_mistaken(*, rotate_v=False, q_positions="last", rotate_k=True
         q = rotate(q, pos[q_positions])
         k = rotate(k, positions) if rotate_k else k
         v = rotate(v, positions) if rotate_v else v
-        offset = {"bottom-right": S - L, "top-left": 0}.get(mask)
+        offset = {"bottom-right": S - L, "top-left": 0, "one too far": S - L + 1}.get(mask)
         allowed = None if offset is None else torch.ones(L, S, dtype=torch.bool).tril(offset)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
 
@@ -184,6 +184,7 @@ def rope_attention_mistaken(*, rotate_v=False, q_positions="last", rotate_k=True
         (rope_attention_mistaken(rotate_k=False), "only the queries are rotated"),
         (rope_attention_mistaken(mask="top-left"), "aligned top-left"),
         (rope_attention_mistaken(mask=None), "there is no causal mask"),
+        (rope_attention_mistaken(mask="one too far"), "one place too far right"),
     ],
     ids=[
         "v rotated",
@@ -192,6 +193,7 @@ def rope_attention_mistaken(*, rotate_v=False, q_positions="last", rotate_k=True
         "k not rotated",
         "top-left",
         "no mask",
+        "off-by-one diagonal",
     ],
 )
 def test_rope_attention_names_each_classic_mistake(candidate, phrase):
@@ -358,11 +360,13 @@ def gqa_mistaken(*, share="interleave", scale=True, mask="right", dim=-1, check_
         scores = query @ key.transpose(-2, -1)
         if scale:
             scores = scores / math.sqrt(query.size(-1))
-        if attn_mask is not None and mask != "ignored":
+        if attn_mask is not None and mask not in ("ignored", "after"):
             scores = scores.masked_fill(
                 attn_mask if mask == "inverted" else ~attn_mask, float("-inf")
             )
         weights = torch.softmax(scores, dim=dim)
+        if attn_mask is not None and mask == "after":
+            weights = weights * attn_mask
         return weights @ value, weights
 
     return grouped_query_attention
@@ -371,14 +375,23 @@ def gqa_mistaken(*, share="interleave", scale=True, mask="right", dim=-1, check_
 @pytest.mark.parametrize(
     "candidate, phrase",
     [
-        (gqa_mistaken(share="repeat"), "that is key.repeat(...)"),
+        (gqa_mistaken(share="repeat"), "read the key/value heads in turn, h % H_kv"),
         (gqa_mistaken(share="h // H_kv"), "reads key/value head h // H_kv"),
         (gqa_mistaken(scale=False), "not scaled"),
         (gqa_mistaken(mask="ignored"), "the mask has no effect"),
         (gqa_mistaken(mask="inverted"), "the mask is inverted"),
-        (gqa_mistaken(dim=-2), "the axis your softmax runs over"),
+        (gqa_mistaken(mask="after"), "the mask was applied after the softmax"),
+        (gqa_mistaken(dim=-2), "the weights sum to 1 down each column, over the queries"),
     ],
-    ids=["repeat", "h // H_kv", "no scale", "mask ignored", "mask inverted", "softmax axis"],
+    ids=[
+        "repeat",
+        "h // H_kv",
+        "no scale",
+        "mask ignored",
+        "mask inverted",
+        "mask after the softmax",
+        "softmax axis",
+    ],
 )
 def test_gqa_names_each_classic_mistake(candidate, phrase):
     fails_with(check_grouped_query_attention, candidate, "Likely cause", phrase)
@@ -389,7 +402,7 @@ def test_gqa_without_the_heads_check_is_asked_for_a_value_error():
         check_grouped_query_attention,
         gqa_mistaken(check_heads=False),
         "Case '6 query heads, 4 key/value heads",
-        "Raise a ValueError",
+        "raise a ValueError",
     )
 
 
@@ -462,7 +475,9 @@ def test_window_accepts_correct_answers(candidate, capsys):
     passes(check_sliding_window_attention, candidate, capsys)
 
 
-def window_mistaken(*, too_many=False, too_few=False, causal=True, scale=True, look_back=True):
+def window_mistaken(
+    *, too_many=False, too_few=False, causal=True, scale=True, look_back=True, in_block=True
+):
     def sliding_window_attention(q, k, v, window):
         L = q.size(-2)
         out = q.new_empty(*q.shape[:-1], v.size(-1))
@@ -476,6 +491,8 @@ def window_mistaken(*, too_many=False, too_few=False, causal=True, scale=True, l
             i, j = torch.arange(s, e)[:, None], torch.arange(first, last)[None, :]
             reach = window + 1 if too_many else window - 1 if too_few else window
             blocked = ((i - j).abs() >= reach) if not causal else (j > i) | (i - j >= reach)
+            if not in_block:  # the window's far edge only: the keys after a query stay
+                blocked = i - j >= reach
             scores = scores.masked_fill(blocked, float("-inf"))
             out[..., s:e, :] = torch.softmax(scores, dim=-1) @ v[..., first:last, :]
         return out
@@ -494,9 +511,10 @@ def window_dense(q, k, v, window):
 @pytest.mark.parametrize(
     "candidate, phrase",
     [
-        (window_mistaken(too_many=True), "see window + 1 keys (i - j <= window)"),
+        (window_mistaken(too_many=True), "your mask lets a query see window + 1 keys"),
         (window_mistaken(too_few=True), "your window holds window - 1 keys"),
         (window_mistaken(causal=False), "your window looks ahead too"),
+        (window_mistaken(in_block=False), "inside the window a query also sees the keys after it"),
         (window_mistaken(scale=False), "not scaled"),
         (
             window_mistaken(look_back=False),
@@ -504,7 +522,15 @@ def window_dense(q, k, v, window):
         ),
         (window_dense, "builds an (L, L) = (24, 24) tensor"),
     ],
-    ids=["one too many", "one too few", "not causal", "no scale", "own block only", "dense"],
+    ids=[
+        "one too many",
+        "one too few",
+        "not causal",
+        "no causal part in the block",
+        "no scale",
+        "own block only",
+        "dense",
+    ],
 )
 def test_window_names_each_classic_mistake(candidate, phrase):
     fails_with(check_sliding_window_attention, candidate, phrase)
@@ -542,3 +568,17 @@ def test_registered_for_lesson_08_and_used_until_the_learner_passes(name, check,
     assert exercise.reference is getattr(reference, name)
     assert yours_or_reference(check, skeleton, exercise.reference) is exercise.reference
     assert "is not done yet" in capsys.readouterr().out
+
+
+def test_gqa_a_crash_with_the_mask_names_the_mask():
+    def squeezed(query, key, value, attn_mask=None):
+        if attn_mask is not None:
+            attn_mask = attn_mask.squeeze()  # (2, 1, 1, 6) -> (2, 6): against (L, S), a crash
+        return gqa_lesson(query, key, value, attn_mask)
+
+    fails_with(
+        check_grouped_query_attention,
+        squeezed,
+        "Case 'padding mask",
+        "the mask (2, 1, 1, 6) broadcast as it is",
+    )

@@ -129,7 +129,7 @@ def wrong_greedy(logits, temperature=1.0, top_k=None, generator=None):
 @pytest.mark.parametrize(
     "candidate, phrase",
     [
-        (temperature_after, "it is applied after the softmax"),
+        (temperature_after, "it comes after the softmax"),
         (softmax_twice, "took a softmax again"),
         (multiplied, "you multiplied the logits by the temperature"),
         (off_by(-1), "instead of top_k = 3"),
@@ -137,14 +137,14 @@ def wrong_greedy(logits, temperature=1.0, top_k=None, generator=None):
         (smallest, "the k *smallest* logits"),
         (uniform, "you drew uniformly among the top k"),
         (top_k_ignored, "top_k = 3 is ignored"),
-        (argmax, "you always return the likeliest token"),
+        (argmax, "your answer is always the likeliest token"),
         (global_stream, "does not use `generator`"),
         (own_generator, "makes a generator of its own"),
         (flat, "expected (B, 1)"),
         (in_place, "changed the logits it was given"),
         (from_logits, "torch.multinomial wants non-negative weights"),
         (probabilities, "you returned the probabilities"),
-        (wrong_greedy, "top_k=1 keeps exactly one token"),
+        (wrong_greedy, "top_k = 1 keeps exactly one token"),
     ],
 )
 def test_sample_next_names_each_mistake(candidate, phrase):

@@ -15,7 +15,17 @@ from importlib import import_module
 from ._failure import ExerciseFailure, NotDoneYet
 from ._registry import REGISTRY, Exercise, register
 
-LESSON_MODULES = ("l00_warmups", "l01_scores", "l01_attention", "l02_multihead", "l02_head_jobs")
+LESSON_MODULES = (
+    "l00_warmups",
+    "l01_scores",
+    "l01_attention",
+    "l02_multihead",
+    "l02_head_jobs",
+    "l07_decoder",
+    "l07_generation",
+    "l07_cross_attention",
+    "l08_modern",
+)
 """The checker modules, in lesson order (the order the registry lists the exercises in)."""
 
 for _module in LESSON_MODULES:
@@ -26,8 +36,6 @@ for _module in LESSON_MODULES:
 from .. import reference as _reference  # noqa: E402
 from .ablation import check_head_ablation  # noqa: E402
 from .costs import check_attention_cost, check_attention_flops, check_scores_memory  # noqa: E402
-from .cross_attention import check_decoder_layer  # noqa: E402
-from .decoder import check_char_lm, check_decoder_block  # noqa: E402
 from .encoder import check_encoder_layer  # noqa: E402
 from .encoder_model import check_encoder_model  # noqa: E402
 from .encoder_outputs import (  # noqa: E402
@@ -38,15 +46,8 @@ from .encoder_outputs import (  # noqa: E402
 from .encoder_parts import check_encoder_stack, check_feed_forward  # noqa: E402
 from .fast import check_attention_in_blocks  # noqa: E402
 from .gradients import check_gradient_norms  # noqa: E402
-from .kv_cache import check_cached_attention  # noqa: E402
 from .layers import check_layer_norm, check_positional_encoding  # noqa: E402
-from .modern_attention import (  # noqa: E402
-    check_grouped_query_attention,
-    check_sliding_window_attention,
-)
 from .pretrained import check_load_layer  # noqa: E402
-from .relative_positions import check_alibi_bias, check_rope_attention, check_rotary  # noqa: E402
-from .sampling import check_sample_next  # noqa: E402
 from .sublayers import (  # noqa: E402
     check_post_ln_sublayer,
     check_pre_ln_sublayer,
@@ -61,10 +62,6 @@ _POINTS = {
     "attention_in_blocks": 3,
     "ResidualBlock": 2,
     "EncoderModel": 2,
-    "CharLM": 2,
-    "CachedAttention": 3,
-    "DecoderLayer": 2,
-    "sliding_window_attention": 3,
 }
 _NOT_CONVERTED = [
     ("03", check_layer_norm),
@@ -79,16 +76,6 @@ _NOT_CONVERTED = [
     ("05", check_head_ablation),
     ("06", check_attention_cost),
     ("06", check_attention_in_blocks),
-    ("07", check_decoder_block),
-    ("07", check_char_lm),
-    ("07", check_sample_next),
-    ("07", check_cached_attention),
-    ("07", check_decoder_layer),
-    ("08", check_rotary),
-    ("08", check_rope_attention),
-    ("08", check_alibi_bias),
-    ("08", check_grouped_query_attention),
-    ("08", check_sliding_window_attention),
 ]
 for _lesson, _check in _NOT_CONVERTED:
     _name = _check.exercise

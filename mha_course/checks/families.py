@@ -8,7 +8,8 @@ reference once with a ``flaw`` argument handed down to :func:`attention`, and
 :func:`mistakes` turns it into the classic wrong answers with their explanations.
 
 The other families are the same idea for their steps: the heads' split and merge
-(:data:`HEADS`), causal masks (:data:`CAUSAL`), LayerNorm (:data:`NORM`).
+(:data:`HEADS`), causal masks (:data:`CAUSAL`), LayerNorm (:data:`NORM`), state kept between
+sequences (:data:`STATE`).
 
 Every explanation names the cause and where to look, in the lesson's words (Q Kᵀ, d_k, the
 keys' axis), never the corrected line of code.
@@ -16,6 +17,7 @@ keys' axis), never the corrected line of code.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 
@@ -30,12 +32,14 @@ __all__ = [
     "CAUSAL",
     "HEADS",
     "NORM",
+    "STATE",
     "attention",
     "causal",
     "split_heads",
     "merge_heads",
     "layer_norm",
     "mistakes",
+    "flawed",
 ]
 
 ATTENTION = {
@@ -106,6 +110,12 @@ CAUSAL = {
     "before its own position, never after.",
     "causal bottom-right": "with more keys than queries the causal mask is aligned top-left, as "
     "in torch: query i sees keys 0..i, whatever S.",
+    "causal top-left": "your causal mask is aligned top-left: it treats the new queries as the "
+    "first tokens, so query i sees keys 0..i only. They are the last L of S positions: each sees "
+    "every key before it and itself, the diagonal shifted right by S − L.",
+    "off-by-one diagonal": "your causal mask's diagonal is one place too far right: each query "
+    "also sees the key just after its own position. A query sees the keys up to its own "
+    "position, and not one further.",
 }
 """Flaws of a causal mask: which triangle, where its diagonal is."""
 
@@ -134,29 +144,50 @@ NORM = {
 }
 """Flaws of LayerNorm."""
 
-_FLAWS = {**ATTENTION, **MASK, **FLOAT_MASK, **CAUSAL, **HEADS, **NORM}
+STATE = {
+    "state not reset": "what was kept from the previous sequence is still there: a new object "
+    "started where the last one stopped, so its state lives outside the object (on its class, "
+    "on a module it wraps, in a global). A new sequence starts from an empty state, kept on the "
+    "object itself.",
+}
+"""Flaws of something that keeps a state from call to call (a KV cache)."""
+
+_FLAWS = {**ATTENTION, **MASK, **FLOAT_MASK, **CAUSAL, **HEADS, **NORM, **STATE}
 
 
 def mistakes(run: Callable[[str], Callable], flaws: Iterable[str], **texts: str) -> list[Mistake]:
     """The classic mistakes of an exercise: ``run(flaw)`` is its reference with ``flaw`` switched
     on (same call as the answer); the explanations are the family's, or ``texts[flaw]`` where
-    the exercise words it better (keys with spaces: pass a dict with ``**``)."""
-    return [Mistake(flaw, run(flaw), texts.get(flaw) or _FLAWS[flaw]) for flaw in flaws]
+    the exercise words it better, or names a flaw of its own (keys with spaces: pass a dict
+    with ``**``)."""
+    return [
+        Mistake(flaw, run(flaw), texts[flaw] if flaw in texts else _FLAWS[flaw]) for flaw in flaws
+    ]
+
+
+def flawed(reference: Callable, flaws: Iterable[str], **texts: str) -> list[Mistake]:
+    """:func:`mistakes` of a ``reference`` that takes its flaw as the keyword ``flaw`` (the
+    mistakes are called as the answer is)."""
+    return mistakes(lambda flaw: functools.partial(reference, flaw=flaw), flaws, **texts)
 
 
 # ---------------------------------------------------------------- the computations, with flaws
 
 
-def causal(L: int, S: int, flaw: str = "", device=None) -> torch.Tensor:
-    """Bool (L, S), True where query i may attend to key j ≤ i (top-left aligned, as torch)."""
+def causal(L: int, S: int, flaw: str = "", device=None, *, offset: int = 0) -> torch.Tensor:
+    """Bool (L, S), True where query i may attend to key j ≤ i + offset (``offset`` 0: top-left
+    aligned, as torch; S − L: the queries are the last L of S positions), with ``flaw`` (a key
+    of :data:`CAUSAL`) switched on."""
     ones = torch.ones(L, S, dtype=torch.bool, device=device)
-    if flaw == "causal without the diagonal":
-        return ones.tril(-1)
     if flaw == "causal upper triangle":
-        return ones.triu()
-    if flaw == "causal bottom-right":
-        return ones.tril(S - L)
-    return ones.tril()
+        return ones.triu(offset)
+    diagonal = {
+        "causal without the diagonal": offset - 1,
+        "off-by-one diagonal": offset + 1,
+        "causal bottom-right": S - L,
+        "causal top-left": 0,
+    }.get(flaw, offset)
+    return ones.tril(diagonal)
 
 
 def attention(q, k, v, mask=None, flaw: str = "", *, scale=None, d_model=None):

@@ -1,0 +1,477 @@
+"""Lesson 07's language model: GPT-2's causal block (DecoderBlock) and the model around it
+(CharLM); also what the decoder layer with cross-attention (``l07_cross_attention``) shares.
+
+A layer is held to torch's own (``TransformerEncoderLayer`` run pre-LN with GELU and the causal
+mask; ``TransformerDecoderLayer``), its weights copied into the learner's parts by name; the
+classic mistakes are torch's layer written out once (:func:`with_flaw`) with a flaw switched
+on. CharLM is held to its own parts: whatever blocks it holds, its logits must be
+head(norm(blocks(token embedding + position embedding))), the positions starting at ``start``,
+and no logit may depend on a later token.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import masks, reference
+from ..layernorm import LayerNorm
+from ..lm import DecoderLM
+from . import families
+from ._core import call_candidate, exercise
+from ._failure import ExerciseFailure
+from ._table import Case, Out, Table, build_module, copy_weight_and_bias, require_tensor
+
+LAYERS = {
+    "torch's nn.TransformerEncoderLayer": nn.TransformerEncoderLayer,
+    "torch's nn.TransformerDecoderLayer": nn.TransformerDecoderLayer,
+}
+INVERTED = "mask inverted, empty rows zeroed"  # the attention's flaw for an inverted mask
+
+
+def causal(L: int, device=None) -> torch.Tensor:
+    return masks.causal_mask(L, L, device)
+
+
+# ---------------------------------------------------------------- the references (notebooks)
+
+
+class DecoderBlock(nn.Module):
+    """GPT-2's block: x + attention(norm1(x)) over the causal mask, then + FFN(norm2(·)) with
+    GELU. ``mha_class``, ``norm_class`` build it from other parts (the learner's)."""
+
+    def __init__(self, d_model, num_heads, d_ff, *, mha_class=None, norm_class=None):
+        super().__init__()
+        self.self_attn = (mha_class or reference.MultiHeadAttention)(d_model, num_heads)
+        self.norm1, self.norm2 = ((norm_class or LayerNorm)(d_model) for _ in range(2))
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, attn_mask=causal(x.size(-2), x.device))[0]
+        return x + self.linear2(F.gelu(self.linear1(self.norm2(x))))
+
+
+class CharLM(nn.Module):
+    """Token and position embeddings, ``num_layers`` blocks, a final norm and a head tied to the
+    token embedding: ``forward(ids (B, T), start=0)`` -> logits (B, T, vocab_size), the tokens
+    at positions start .. start + T - 1. ``block_class``, ``norm_class``: the learner's parts."""
+
+    def __init__(
+        self,
+        vocab_size,
+        d_model,
+        num_heads,
+        d_ff,
+        num_layers,
+        max_len,
+        *,
+        block_class=None,
+        norm_class=None,
+    ):
+        super().__init__()
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.position_embedding = nn.Embedding(max_len, d_model)
+        block = block_class or DecoderBlock
+        self.blocks = nn.ModuleList(block(d_model, num_heads, d_ff) for _ in range(num_layers))
+        self.norm = (norm_class or LayerNorm)(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.head.weight = self.token_embedding.weight
+
+    def forward(self, ids, start=0):
+        positions = torch.arange(start, start + ids.size(1), device=ids.device)
+        x = self.token_embedding(ids) + self.position_embedding(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+# ---------------------------------------------------------------- torch's layers, taken apart
+
+
+def torch_layer(kind: type[nn.Module], sizes, seed: int, activation: str, **settings):
+    """torch's layer in float64, dropout 0, batch first, every parameter random (biases and
+    norms too, so that a dropped bias or two swapped norms show)."""
+    torch.manual_seed(seed)  # the checker runs in a random stream of its own
+    settings.update(dropout=0.0, batch_first=True, dtype=torch.float64, activation=activation)
+    layer = kind(*sizes[:3], **settings)
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            if name.endswith("bias") or name.startswith("norm"):
+                p.add_(0.2 * torch.randn_like(p))
+    return layer
+
+
+def _attend(attn: nn.MultiheadAttention, query, key, value, mask, flaw: str = ""):
+    """torch's multi-head attention written out, the mask True = may attend, with ``flaw`` (one
+    of :data:`families.MASK`): the output (B, L, E)."""
+    w, b = attn.in_proj_weight.chunk(3), attn.in_proj_bias.chunk(3)
+    q, k, v = (
+        families.split_heads(F.linear(x, w[i], b[i]), attn.num_heads)
+        for i, x in enumerate((query, key, value))
+    )
+    return attn.out_proj(families.merge_heads(families.attention(q, k, v, mask, flaw)[0]))
+
+
+def with_flaw(src, x, memory=None, memory_mask=None, flaw: str = ""):
+    """torch's encoder layer (pre-LN: the exercise's block) or decoder layer (post-LN, with
+    cross-attention to ``memory``) written out, masks True = may attend, with ``flaw``."""
+    pre = src.norm_first != (flaw == "the norms in the other place")
+    norms = [src.norm1, src.norm2, getattr(src, "norm3", None)]
+    norms[:2] = {"norm1 twice": norms[:1] * 2, "norm1 and norm2 swapped": norms[1::-1]}.get(
+        flaw, norms[:2]
+    )
+    other = {F.gelu: F.relu, F.relu: F.gelu}[src.activation]
+    act = {"the other activation": other, "no activation": lambda t: t}.get(flaw, src.activation)
+    self_mask = None if flaw == "no causal mask" else families.causal(x.size(1), x.size(1), flaw)
+    kv, cross_mask = {  # kv None: the decoder's own
+        "keys and values from the decoder": (None, self_mask),
+        "keys and values from the decoder (no mask)": (None, None),
+        "memory mask forgotten": (memory, None),
+    }.get(flaw, (memory, memory_mask))
+    inverted = {"causal mask inverted": "self_attn", "memory mask inverted": "multihead_attn"}
+
+    def attend(name, q, kv, mask):
+        flawed = inverted.get(flaw) == name
+        return _attend(getattr(src, name), q, kv, kv, mask, INVERTED if flawed else "")
+
+    def cross(t):
+        q = x if flaw == "cross-attention reads x" else t
+        return attend("multihead_attn", q, t if kv is None else kv, cross_mask)
+
+    sublayers = {
+        "self-attention": lambda t: attend("self_attn", t, t, self_mask),
+        "cross-attention": cross,
+        "FFN": lambda t: src.linear2(act(src.linear1(t))),
+    }
+    order = list(sublayers) if memory is not None else ["self-attention", "FFN"]
+    if flaw == "cross-attention first":
+        order[:2] = order[1::-1]
+    h = before = x  # the residual stream, and the input of the sub-layer before
+    for norm, name in zip(norms, order):
+        read = before if name == "FFN" and flaw == "FFN reads the input of the one before" else h
+        if pre and flaw == "the norm on the residual path":
+            h = read = norm(read)
+        elif pre and not (name == "FFN" and flaw == "FFN input not normalised"):
+            read = norm(read)
+        out = sublayers[name](read) + (0 if flaw == f"no {name} residual" else h)
+        before, h = h, out if pre else norm(out)
+    return h
+
+
+TEXTS = {
+    "no causal mask": "there is no causal mask: each token sees the tokens after it too, so the "
+    "model could read the very token it has to predict.",
+    "causal mask inverted": "the causal mask is inverted: True means 'may attend' (as in your "
+    "MultiHeadAttention), so it is True on and below the diagonal.",
+    "the norms in the other place": "the LayerNorms sit in the other place. GPT-2's block is "
+    "pre-LN (each sub-layer normalises its input, its output is added to x unchanged); the "
+    "original decoder layer is post-LN (each sub-layer adds its output to its input, then "
+    "normalises).",
+    "the norm on the residual path": "the LayerNorm's output replaces x on the residual path; "
+    "pre-LN normalises only what goes into the sub-layer.",
+    "no self-attention residual": "the residual around the self-attention is missing.",
+    "no FFN residual": "the residual around the feed-forward network is missing.",
+    "FFN reads the input of the one before": "the feed-forward network reads what the sub-layer "
+    "before it read; it reads that sub-layer's result, after its residual add.",
+    "FFN input not normalised": "the feed-forward network's input is not normalised first.",
+    "norm1 twice": "you used norm1 twice: each sub-layer has its own LayerNorm, in order.",
+    "norm1 and norm2 swapped": "norm1 and norm2 are swapped: norm1 belongs to the first "
+    "sub-layer, the self-attention, norm2 to the second.",
+    "the other activation": "the activation is the other one: GPT-2's block uses GELU, the "
+    "original decoder layer (as torch's default) ReLU.",
+    "no activation": "the feed-forward network has no activation between its two Linears.",
+}
+NAN = (
+    "NaN: some query may attend to no key at all, so its softmax is over a row of -inf. Is the "
+    "causal mask inverted, or strictly below the diagonal? A token attends to itself and the "
+    "tokens before it."
+)
+
+
+def nan_cause(got, case) -> str | None:
+    return NAN if torch.isnan(got).any() else None
+
+
+_PARTS = (  # the learner's parts: a block's, a decoder layer's
+    "self_attn, norm1, norm2, linear1, linear2",
+    "self_attn, multihead_attn, linear1, linear2, norm1, norm2, norm3",
+)
+
+
+def _part(module, name: str, case: Case, parts: str):
+    found = getattr(module, name, None)
+    if found is None and name == "multihead_attn":
+        found = getattr(module, "cross_attn", None)  # another name the learner may give it
+    if found is None:
+        raise ExerciseFailure(
+            f"Case {case.name!r}: your {type(module).__name__} has no attribute `{name}`. The "
+            f"exercise names its parts {parts}; each attention has q_proj, k_proj, v_proj, "
+            "out_proj."
+        )
+    return found
+
+
+def _load(module, source: nn.Module, case: Case) -> dict:
+    """Copy torch's layer ``source`` into the learner's parts, by name (each attention cut from
+    torch's packed in_proj_weight into q_proj, k_proj, v_proj). Returns the parts."""
+    d, ff = source.linear1.in_features, source.linear1.out_features
+    made = {
+        "linear1": f"a Linear d_model → d_ff ({d} → {ff})",
+        "linear2": f"a Linear d_ff → d_model ({ff} → {d})",
+        "attn": f"a Linear d_model → d_model ({d} → {d}), as in your MultiHeadAttention",
+    }
+    parts, found = _PARTS[isinstance(source, nn.TransformerDecoderLayer)], {}
+    for name in parts.split(", "):
+        part = found[name] = _part(module, name, case, parts)
+        src = getattr(source, name)
+        if "attn" not in name:
+            what = made.get(name, f"a LayerNorm of d_model = {d} features")
+            copy_weight_and_bias(part, src.weight, src.bias, case.name, f"self.{name}", what)
+            continue
+        projections = ("q_proj", "k_proj", "v_proj", "out_proj")
+        if not all(hasattr(part, p) for p in projections):
+            raise ExerciseFailure(
+                f"Case {case.name!r}: self.{name} ({type(part).__name__}) has no q_proj, k_proj, "
+                "v_proj, out_proj: build it with your MultiHeadAttention of lesson 02."
+            )
+        weights = zip(src.in_proj_weight.chunk(3), src.in_proj_bias.chunk(3))
+        for p, (w, b) in zip(projections, [*weights, (src.out_proj.weight, src.out_proj.bias)]):
+            copy_weight_and_bias(
+                getattr(part, p), w, b, case.name, f"self.{name}.{p}", made["attn"]
+            )
+    return found
+
+
+def call_layer(candidate, case: Case, table: Table):
+    """The learner's layer built with the case's sizes, torch's weights in it, called on the
+    case's inputs (eval mode, no gradients); the cross-attention's queries are watched."""
+    source, *inputs = case.args
+    layer = build_module(candidate, case, case.extra["sizes"]).eval()
+    cross = _load(layer, source, case).get("multihead_attn")
+    queries = []  # the lengths of the queries the cross-attention was called with
+
+    def record(module, args, kwargs):
+        query = args[0] if args else kwargs.get("query")
+        queries.append(query.size(-2) if isinstance(query, torch.Tensor) else None)
+
+    def run():
+        with torch.no_grad():
+            clones = (t.clone() for t in inputs)
+            return call_candidate(layer, case.name, *clones, crash_hint=table.crash, **case.kwargs)
+
+    hook = cross and cross.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        got, crash = run(), None
+    except ExerciseFailure as failure:
+        got, crash = None, failure
+    if hook:
+        hook.remove()
+    T, S = inputs[0].size(1), inputs[-1].size(1)
+    if crash and S != T and S in queries:  # the queries were memory's S tokens
+        raise crash.with_cause(
+            f"the cross-attention's roles are swapped: its queries are the encoder's {S} tokens; "
+            f"they come from the decoder's {T} (one output per target token), its keys and "
+            "values from memory."
+        ) from crash.raised
+    if crash:
+        raise crash
+    if isinstance(got, tuple):
+        raise ExerciseFailure(
+            f"Case {case.name!r}: your {type(layer).__name__}'s forward returned a tuple of "
+            f"{len(got)}; it returns its output alone.\nLikely cause: your attention returns a "
+            "pair (output, weights): only the output is added to x."
+        )
+    if case.extra.get("dropout") and not torch.equal(got, run()):
+        raise ExerciseFailure(
+            f"Case {case.name!r}: two calls on the same inputs gave different outputs in eval "
+            "mode.\nLikely cause: dropout is still on: an nn.Dropout module is switched off by "
+            "eval mode, a dropout function is not."
+        )
+    return got
+
+
+# ---------------------------------------------------------------- DecoderBlock
+
+
+def _block_cases():
+    g = torch.Generator().manual_seed(70)
+    for seed, (name, sizes, shape) in enumerate(
+        [
+            ("d_model 16, 4 heads, d_ff 32; x (2, 5, 16)", (16, 4, 32), (2, 5, 16)),
+            ("d_model 12, 3 heads, d_ff 24; one sequence x (1, 7, 12)", (12, 3, 24), (1, 7, 12)),
+            ("one token per sequence (a generation step): x (3, 1, 8)", (8, 2, 16), (3, 1, 8)),
+            ("d_model 8, 1 head, d_ff 16; x (2, 9, 8)", (8, 1, 16), (2, 9, 8)),
+        ]
+    ):
+        layer = torch_layer(nn.TransformerEncoderLayer, sizes, seed, "gelu", norm_first=True)
+        yield Case(name, (layer, torch.randn(*shape, generator=g)), extra={"sizes": sizes})
+
+
+check_decoder_block = exercise(
+    "DecoderBlock",
+    "07",
+    reference=DecoderBlock,
+    todo="Replace `raise NotImplementedError` in DecoderBlock: its five parts in __init__; in "
+    "forward, the causal mask, then the two pre-LN sub-layers.",
+    own_work=LAYERS,
+    table=Table(
+        cases=_block_cases,
+        reference=lambda layer, x: layer(x, src_mask=masks.other_convention(causal(x.size(1)))),
+        call=call_layer,
+        mistakes=families.flawed(
+            with_flaw, [*TEXTS, "causal upper triangle", "causal without the diagonal"], **TEXTS
+        ),
+        outputs=[
+            Out(
+                "outputs",
+                shape_hint="the output has the shape of x.",
+                cause=nan_cause,
+                fallback="GPT-2's block is pre-LN: each sub-layer normalises its input (norm1 "
+                "before the attention, norm2 before the feed-forward network) and adds its "
+                "output to x.",
+            )
+        ],
+        crash="forward takes x alone: the block builds its causal mask itself, from x's length.",
+        atol=1e-4,
+        rtol=1e-3,
+    ),
+)
+
+# ---------------------------------------------------------------- CharLM
+
+_LM_PARTS = "token_embedding, position_embedding, blocks, norm, head"
+_LM_STEPS = (
+    "the token embeddings of ids (B, T) plus the position embeddings of start .. start + T - 1, "
+    "the blocks in order, the final norm, the head."
+)
+
+
+def _lm(model, blocks, ids, start: int, flaw: str = ""):
+    """The logits the model's own parts give, with ``flaw`` switched on."""
+    T = ids.size(1)
+    positions = {"positions restart at 0": torch.arange(T), "positions indexed by the ids": ids}
+    x0 = model.token_embedding(ids)
+    if flaw != "no position embedding":
+        x0 = x0 + model.position_embedding(positions.get(flaw, torch.arange(start, start + T)))
+    x = x0
+    for block in blocks[::-1] if flaw == "blocks in reverse order" else blocks:
+        x = block(x0 if flaw == "every block on the embeddings" else x)
+    logits = model.head(x if flaw == "no final norm" else model.norm(x))
+    return logits.softmax(-1) if flaw == "probabilities" else logits
+
+
+_LM_TEXTS = {
+    "positions restart at 0": "your positions start at 0 whatever `start` is: the T tokens are "
+    "at positions start .. start + T - 1. Fed one token at a time, such a model sees every "
+    "token at position 0.",
+    "no position embedding": "the position embedding is missing: without it, attention cannot "
+    "tell the order of the tokens.",
+    "positions indexed by the ids": "you looked up the position embedding with the token ids; "
+    "it is indexed by the positions.",
+    "no final norm": "the final LayerNorm is missing: the head reads the last block's output "
+    "normalised (no pre-LN block normalises its own output).",
+    "blocks in reverse order": "the blocks run in reverse order; block 0 comes first.",
+    "every block on the embeddings": "your logits are the last block applied to the "
+    "embeddings: each block runs on the previous block's output.",
+    "probabilities": "you returned probabilities (a softmax); the model gives the logits, the "
+    "head's output (the loss and the sampling take the softmax themselves).",
+}
+
+
+_LM_MISTAKES = families.flawed(_lm, _LM_TEXTS, **_LM_TEXTS)
+_LM_SHAPE = "one score per token of the vocabulary at every position: (B, T, vocab_size)."
+
+
+def _blocks(model, case: Case) -> list[nn.Module]:
+    """The blocks, once the parts are checked: two embeddings, N distinct blocks, a tied head."""
+    V, d, _, _, N, max_len = case.extra["sizes"]
+    for name, rows, what in (("token", V, "vocab_size"), ("position", max_len, "max_len")):
+        found = getattr(_part(model, f"{name}_embedding", case, _LM_PARTS), "weight", None)
+        if not isinstance(found, torch.Tensor) or tuple(found.shape) != (rows, d):
+            made = "no weight" if found is None else f"{found.size(0)} rows of {found.size(-1)}"
+            raise ExerciseFailure(
+                f"Case {case.name!r}: self.{name}_embedding has {made}, expected an nn.Embedding "
+                f"({what}, d_model) = ({rows}, {d}): one learned vector per row."
+            )
+    blocks = _part(model, "blocks", case, _LM_PARTS)
+    if isinstance(blocks, (list, tuple)):
+        problem = f"a Python {type(blocks).__name__}: PyTorch does not see the blocks' weights"
+    elif not isinstance(blocks, (nn.ModuleList, nn.Sequential)) or len(blocks) != N:
+        problem = f"not a list of num_layers = {N} blocks"
+    elif len({id(b) for b in blocks}) != N:
+        problem = "one and the same block several times: each layer is a block of its own"
+    else:
+        problem = None
+    if problem:
+        raise ExerciseFailure(
+            f"Case {case.name!r}: self.blocks is {problem}.\nLikely cause: the blocks go in an "
+            "nn.ModuleList, which registers them, one new DecoderBlock per layer."
+        )
+    _part(model, "norm", case, _LM_PARTS)
+    head = _part(model, "head", case, _LM_PARTS)
+    if getattr(head, "weight", None) is not model.token_embedding.weight:
+        raise ExerciseFailure(
+            f"Case {case.name!r}: the output head is not tied to the token embedding: the "
+            "head's weight is the token embedding's weight itself, one Parameter that reads each "
+            "token in and scores each token out (GPT-2 does this)."
+        )
+    g = torch.Generator().manual_seed(N)
+    with torch.no_grad():  # random parts, blocks unlike each other: a skipped part shows
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return list(blocks)
+
+
+def _lm_cases():
+    g = torch.Generator().manual_seed(71)
+    for name, sizes, shape, start in [
+        ("vocab 11, d_model 16, 2 heads, 2 layers; ids (2, 6)", (11, 16, 2, 32, 2, 12), (2, 6), 0),
+        ("ids (2, 4) from start 5: positions 5..8 of a text", (11, 16, 2, 32, 2, 12), (2, 4), 5),
+        ("one new token, ids (3, 1), start 9 (a generation step)", (7, 8, 2, 16, 3, 12), (3, 1), 9),
+        ("1 layer, vocab 5, ids (1, 10) as long as max_len", (5, 8, 1, 16, 1, 10), (1, 10), 0),
+    ]:
+        ids = torch.randint(0, sizes[0], shape, generator=g)
+        yield Case(name, (ids, start), extra={"sizes": sizes})
+
+
+def _logits(model, case: Case, ids):
+    start = {"start": case.args[1]} if case.args[1] else {}
+    with torch.no_grad():
+        return call_candidate(model, case.name, ids.clone(), crash_hint=_LM_STEPS, **start)
+
+
+@exercise(
+    "CharLM",
+    "07",
+    reference=CharLM,
+    todo="Replace `raise NotImplementedError` in CharLM: the embeddings, the blocks, the final "
+    "norm and the tied head in __init__; in forward, embed the tokens and their positions, run "
+    "the blocks, normalise, score.",
+    points=2,
+    own_work={"the course's DecoderLM (mha_course)": DecoderLM},
+)
+def check_char_lm(candidate) -> int:
+    """Check ``candidate(vocab_size, d_model, num_heads, d_ff, num_layers, max_len)`` (``forward
+    (ids, start=0)`` -> logits (B, T, vocab_size)) against its own parts, and that no logit
+    depends on a later token."""
+    n = 0
+    for case in _lm_cases():
+        model = build_module(candidate, case, case.extra["sizes"])
+        blocks, (ids, start) = _blocks(model, case), case.args
+        got, args = _logits(model.eval(), case, ids), (model, blocks, ids, start)
+        with torch.no_grad():
+            hints = {"shape_hint": _LM_SHAPE, "fallback": _LM_STEPS}
+            require_tensor(case.name, "logits", got, _lm(*args), _LM_MISTAKES, args, **hints)
+        changed = ids.clone()
+        changed[:, -1] = (changed[:, -1] + 1) % case.extra["sizes"][0]
+        again = _logits(model, case, changed)[:, :-1]
+        if not torch.allclose(again, got[:, :-1], atol=1e-5, rtol=1e-4):
+            raise ExerciseFailure(
+                f"Case {case.name!r}: changing only the last token changed the logits at earlier "
+                "positions: your model looks ahead.\nLikely cause: the blocks attend to later "
+                "tokens. Build the model from your DecoderBlock, which applies the causal mask."
+            )
+        n += 1
+    return n

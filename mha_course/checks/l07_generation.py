@@ -1,0 +1,420 @@
+"""Lesson 07's generation: drawing the next token (``sample_next``) and the KV cache
+(``CachedAttention``).
+
+``sample_next`` is held to distributions: each row of a few logits, repeated thousands of times,
+is drawn in one call with a seeded generator, and each token's share must be its probability
+within 0.03 (a right answer's shares move by about 0.006); greedy decoding must be exact.
+``CachedAttention`` is fed a sequence in pieces, as generation does; after each piece its output
+must be those tokens' rows of causal attention over the whole sequence so far, at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections import Counter
+
+import torch
+from einops import rearrange
+from torch import nn
+
+from .. import masks, reference
+from .._validate import shape_str
+from ..attention import scaled_dot_product_attention
+from ..generation import sample_next
+from . import families
+from ._core import call_candidate, exercise
+from ._failure import ExerciseFailure
+from ._table import Case, build_module, require_tensor, seeded_randn
+
+# ---------------------------------------------------------------- sample_next
+
+DRAWS, TOLERANCE = 8000, 0.03  # draws per row of logits; on each token's share of them
+_RECIPE = (
+    "the temperature divides the logits; top-k keeps the k largest and blocks the others; a "
+    "softmax; then one draw per row, with the generator given."
+)
+
+
+def _probs(logits, temperature=1.0, top_k=None, flaw=""):
+    """softmax(top-k logits / temperature), with ``flaw`` (None: it cannot be made here)."""
+    if flaw == "softmax, temperature, softmax again":
+        logits = logits.softmax(-1)
+    temperature = {
+        "temperature after the softmax": 1.0,
+        "temperature multiplied": 1 / temperature,
+        "always the likeliest token": 1e-6,
+    }.get(flaw, temperature)
+    scaled = logits / temperature
+    k = (top_k or 0) + {"top-k keeps k - 1": -1, "top-k keeps k + 1": 1}.get(flaw, 0)
+    if top_k is None or flaw == "top-k ignored":
+        return torch.softmax(scaled, dim=-1)
+    if not 0 < k <= logits.size(-1):
+        return None
+    kept = torch.topk(scaled, k, dim=-1, largest=flaw != "top-k keeps the smallest").indices
+    scaled = torch.zeros_like(scaled) if flaw == "uniform over the top k" else scaled
+    blocked = torch.full_like(scaled, -torch.inf)
+    return torch.softmax(blocked.scatter(-1, kept, scaled.gather(-1, kept)), dim=-1)
+
+
+_SAMPLE_TEXTS = {
+    "temperature after the softmax": "your temperature ({t}) changes nothing: it comes after the "
+    "softmax (a draw renormalises the probabilities), or not at all. It divides the logits.",
+    "softmax, temperature, softmax again": "you divided the probabilities by the temperature and "
+    "took a softmax again; the temperature divides the logits, before the one softmax.",
+    "temperature multiplied": "you multiplied the logits by the temperature ({t}): below 1 it "
+    "must sharpen the distribution, above 1 flatten it; the logits are divided by it.",
+    "always the likeliest token": "your answer is always the likeliest token: that is greedy "
+    "decoding, top_k = 1. Otherwise each token is drawn with its probability.",
+    "top-k keeps k - 1": "you kept {below} tokens instead of top_k = {k}: an off-by-one in the "
+    "top-k mask.",
+    "top-k keeps k + 1": "you kept {above} tokens instead of top_k = {k}: an off-by-one in the "
+    "threshold (the (k+1)-th largest logit is the first one dropped).",
+    "top-k keeps the smallest": "you kept the k *smallest* logits; top-k keeps the k largest.",
+    "uniform over the top k": "you drew uniformly among the top k tokens; they are drawn with "
+    "their probabilities, softmax(kept logits / temperature).",
+    "top-k ignored": "top_k = {k} is ignored: every token can be drawn.",
+}
+
+
+def _draw(candidate, case: str, logits, temperature=1.0, top_k=None, seed=0, copies=DRAWS):
+    """The candidate's draws (R·copies,) for ``logits`` (R, V), each row repeated ``copies``
+    times, once they are token ids of the right kind and the logits are left as they were."""
+    given = logits.repeat_interleave(copies, dim=0)
+    (B, V), generator = given.shape, seed if seed is None else torch.Generator().manual_seed(seed)
+    crash = "torch.multinomial wants non-negative weights, one row per draw: the probabilities, "
+    ids = call_candidate(
+        candidate,
+        case,
+        given,
+        temperature=temperature,
+        top_k=top_k,
+        generator=generator,
+        crash_hint=crash + "not the logits or log-probabilities. " + _RECIPE,
+    )
+    problem = cause = None
+    if not torch.equal(given, logits.repeat_interleave(copies, dim=0)):
+        problem = "sample_next changed the logits it was given (in place)"
+        cause = "the caller still needs its logits: new tensors are made from them instead."
+    elif not isinstance(ids, torch.Tensor):
+        problem = f"result is a {type(ids).__name__}, expected a tensor of token ids (B, 1)"
+    elif tuple(ids.shape) != (B, 1):
+        problem = f"result has shape {shape_str(ids.shape)}, expected (B, 1) = ({B}, 1)"
+        cause = (
+            "you returned the probabilities: a token is drawn from them."
+            if tuple(ids.shape) == (B, V)
+            else "one id per row, kept as a column (B, 1), as a draw of one sample per row gives."
+        )
+    elif ids.is_floating_point() or ids.dtype == torch.bool:
+        problem = f"ids are {ids.dtype}; token ids are integers (torch.long)"
+    elif int(ids.min()) < 0 or int(ids.max()) >= V:
+        problem = f"ids run from {int(ids.min())} to {int(ids.max())}, not within 0 .. {V - 1}"
+    if problem:
+        because = f"\nLikely cause: {cause}" if cause else ""
+        raise ExerciseFailure(f"Case {case!r}: your {problem}.{because}")
+    return ids.flatten()
+
+
+def _require_shares(case: Case, ids: torch.Tensor) -> None:
+    logits, t, k = case.args
+    R, V = logits.shape
+    shares = nn.functional.one_hot(ids.view(R, DRAWS), V).sum(1).double() / DRAWS
+    expected = _probs(logits.double(), t, k)
+    if (shares - expected).abs().max() <= TOLERANCE:
+        return
+    row = int((shares - expected).abs().max(dim=-1).values.argmax())
+    texts = {"t": t, "k": k, "below": (k or 0) - 1, "above": (k or 0) + 1}
+    for flaw, text in _SAMPLE_TEXTS.items():
+        wrong = _probs(logits.double(), t, k, flaw) if k or "top" not in flaw else None
+        if wrong is not None and (shares - wrong).abs().max() <= TOLERANCE:
+            cause = text.format(**texts)
+            break
+    else:
+        drawn, possible = int((shares[row] > 0).sum()), int((expected[row] > 0).sum())
+        cause = _RECIPE if drawn == possible else f"you drew {drawn} tokens of {possible} possible."
+    show = ", ".join
+    raise ExerciseFailure(
+        f"Case {case.name!r}: the tokens you drew do not follow the probabilities.\n"
+        f"  row {row}, share of {DRAWS} draws per token:\n"
+        f"  expected [{show(f'{v:.2f}' for v in expected[row].tolist())}]\n"
+        f"  got      [{show(f'{v:.2f}' for v in shares[row].tolist())}]\nLikely cause: {cause}"
+    )
+
+
+def _require_greedy_and_the_generator(candidate, logits) -> None:
+    big = torch.randn(64, 10, generator=torch.Generator().manual_seed(72))
+    for case, t in (
+        ("greedy, top_k = 1, logits (64, 10)", 1.0),
+        ("greedy at temperature 0.7", 0.7),
+    ):
+        wrong = _draw(candidate, case, big, t, 1, copies=1) != big.argmax(dim=-1)
+        if wrong.any():
+            raise ExerciseFailure(
+                f"Case {case!r}: {int(wrong.sum())} of 64 rows are not their likeliest token, "
+                f"first row {int(wrong.nonzero()[0])}.\nLikely cause: top_k = 1 keeps exactly one "
+                "token, the largest logit (an off-by-one in the top-k mask keeps 2, or 0)."
+            )
+    case = "the generator: the same seed, the same tokens"
+    first, again, other = (_draw(candidate, case, logits, seed=s, copies=1) for s in (7, 7, 8))
+    cause = (
+        "two calls with generators seeded alike gave different tokens.\nLikely cause: your draw "
+        "does not use `generator`: it goes to every random call."
+        if not torch.equal(first, again)
+        else f"generators with different seeds gave the same {len(first)} tokens.\nLikely "
+        "cause: your function makes a generator of its own (or seeds one) instead of using the "
+        "one it is given."
+        if torch.equal(first, other)
+        else None
+    )
+    if cause:
+        raise ExerciseFailure(f"Case {case!r}: {cause}")
+    try:
+        _draw(candidate, case, logits, seed=None, copies=1)
+    except ExerciseFailure as failure:
+        raise failure.with_cause(
+            "without a generator (None) the draw uses the global random stream: None is handed "
+            "on as it is (torch's random functions accept it)."
+        ) from failure.raised
+
+
+@exercise(
+    "sample_next",
+    "07",
+    reference=sample_next,
+    todo="Replace `raise NotImplementedError` in sample_next: temperature, top-k, softmax, draw.",
+    own_work={"the course's sample_next (mha_course)": sample_next},
+)
+def check_sample_next(candidate) -> int:
+    """Check ``candidate(logits, temperature=1.0, top_k=None, generator=None)`` -> ids (B, 1)."""
+    logits = torch.tensor(  # no ties, the largest at different places
+        [
+            [2.0, 1.0, 0.5, 0.0, -1.0, -3.0],
+            [0.3, -0.2, 1.4, 0.9, -0.5, 0.1],
+            [-1.0, 0.0, 0.2, -0.4, 0.6, 1.1],
+            [0.0, 3.0, -2.0, 1.5, 2.2, -0.7],
+        ]
+    )
+    cases = [
+        Case("temperature 1.0, every token: logits (4, 6)", (logits, 1.0, None)),
+        Case("temperature 0.5 (sharper)", (logits, 0.5, None)),
+        Case("temperature 2.0 (flatter)", (logits, 2.0, None)),
+        Case("top_k=3, temperature 1.0", (logits, 1.0, 3)),
+        Case("top_k=2, temperature 0.7", (logits, 0.7, 2)),
+        Case("top_k=5 of 6, temperature 1.5", (logits, 1.5, 5)),
+    ]
+    for seed, case in enumerate(cases):
+        _require_shares(case, _draw(candidate, case.name, *case.args, seed))
+    _require_greedy_and_the_generator(candidate, logits)
+    return len(cases) + 2
+
+
+# ---------------------------------------------------------------- CachedAttention
+
+
+class CachedAttention(nn.Module):
+    """``attn`` (q_proj, k_proj, v_proj, out_proj) with a KV cache: forward on the T new tokens
+    (B, T, E) appends their keys and values to ``self.k``, ``self.v`` (B, H, S, D); the new
+    queries attend over all S + T, causal mask aligned bottom-right. ``(output, weights)``."""
+
+    def __init__(self, attn, num_heads):
+        super().__init__()
+        self.attn, self.num_heads = attn, num_heads
+        self.k = self.v = None
+
+    def forward(self, query, key, value, attn_mask=None):
+        a, H = self.attn, self.num_heads
+        q, k, v = (
+            rearrange(p(x), "b l (h d) -> b h l d", h=H)
+            for p, x in ((a.q_proj, query), (a.k_proj, key), (a.v_proj, value))
+        )
+        if self.k is not None:
+            k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        self.k, self.v = k, v
+        T, S = q.size(2), k.size(2)
+        mask = masks.causal_mask(T, S, q.device, offset=S - T)
+        heads, weights = scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return a.out_proj(rearrange(heads, "b h l d -> b l (h d)")), weights
+
+
+def _cached(a, H: int, x, sizes, flaw: str = "", before=None) -> list[torch.Tensor]:
+    """The outputs of the pieces (``sizes``) of x (B, L, E) fed to a CachedAttention around
+    ``a`` with ``flaw`` switched on; ``before``: the sequence fed to the one before."""
+
+    def heads(proj, t):
+        return families.split_heads(proj(t), H)
+
+    keys = values = None
+    if flaw == "state not reset" and before is not None:
+        keys, values = heads(a.k_proj, before), heads(a.v_proj, before)
+    outputs = []
+    for piece in x.split(list(sizes), dim=1):
+        q, k, v = heads(a.q_proj, piece), heads(a.k_proj, piece), heads(a.v_proj, piece)
+        cached, T = keys, q.size(2)
+        keys = k if cached is None else torch.cat([keys, k], 2)
+        values = v if cached is None else torch.cat([values, v], 2)
+        seen, mask = (keys, values), True
+        if flaw == "cache not used":
+            seen = (k, v)
+        elif flaw == "the new token's key not included" and cached is not None:
+            seen, mask = (keys[:, :, :-T], values[:, :, :-T]), None
+        S = seen[0].size(2)
+        mask = mask and families.causal(T, S, flaw, offset=S - T)
+        out, _ = families.attention(q, *seen, mask, flaw, d_model=x.size(-1))
+        outputs.append(a.out_proj(families.merge_heads(out)))
+    return outputs
+
+
+_MASK = (
+    "With S cached tokens, each of the T new queries sees all of them and the new keys up to "
+    "its own: the causal mask (T, S + T) aligned bottom-right."
+)
+_OUT = {
+    "shape_hint": "the output of the new tokens only, (B, T, E).",
+    "fallback": "the new keys and values join the cache, then the new queries attend over all of "
+    "them. " + _MASK,
+}
+_WEIGHTS = {"shape_hint": "one per head, query and key: (B, H, T, S + T)."}
+_APPEND = "the cache (B, H, S, D) grows along the tokens' axis, 2, by the new (B, H, T, D)."
+_CACHE_TEXTS = {
+    "causal top-left": families.CAUSAL["causal top-left"] + " " + _MASK,
+    "mask ignored": "there is no causal mask over the keys: with several new tokens at once (a "
+    "prompt), each sees the new tokens after it. " + _MASK,
+    "off-by-one diagonal": families.CAUSAL["off-by-one diagonal"] + " " + _MASK,
+    "cache not used": "the new queries attend over the new tokens' keys only: the cached keys "
+    "and values are not used (or the cache is replaced instead of extended).",
+    "the new token's key not included": "the new queries attend over the cached keys only, not "
+    "their own: the new keys and values join the cache first (a token attends to itself).",
+    "scaled by √d_model": "the scores are scaled by √d_model; by √d_k, the size of one head.",
+    "state not reset": "the cache still holds the previous sequence: a new CachedAttention "
+    "around the same attention started where the last one stopped, so the cache lives outside "
+    "the object (on the class, on the attention it wraps, in a global). Each starts empty.",
+}
+
+
+def _crash_cause(wrapper, error: BaseException, done: int, T: int) -> str:
+    axis = re.search(r"except in dimension (\d+)", str(error))
+    if axis and not done:  # nothing is cached before the first piece
+        return _CACHE_TEXTS["state not reset"]
+    cached = getattr(wrapper, "k", None)
+    if axis and isinstance(cached, torch.Tensor) and cached.dim() == 4:
+        return f"the new keys or values are appended along axis {axis.group(1)}, but {_APPEND}"
+    if done and T > 1 and re.search("size of tensor|must match|broadcast", str(error)):
+        return (
+            "a mask of the wrong shape? The block passes its causal mask over the T new tokens, "
+            "(T, T); the scores are (B, H, T, S + T). " + _MASK
+        )
+    return f"a shape mix-up: {_APPEND} The new queries attend with a (T, S + T) mask."
+
+
+def _require_cache(wrapper, label: str, x, end: int, T: int, projected: Counter) -> None:
+    """``self.k`` and ``self.v`` hold every token so far, B·end·E numbers whatever the layout;
+    each token's key and value were projected once."""
+    B, _, E = x.shape
+    for name, what in (("k", "keys"), ("v", "values")):
+        cached = getattr(wrapper, name, None)
+        tokens = cached.numel() / (B * E) if isinstance(cached, torch.Tensor) else end
+        cause = {
+            T: f"self.{name} holds only the newest tokens' {what}: it is replaced each call "
+            f"instead of extended: {_APPEND}",
+            end - T: f"the new tokens' {what} were not added to the cache: {_APPEND}",
+        }.get(tokens, f"the new {what} are appended along the wrong axis: {_APPEND}")
+        if tokens != end:
+            raise ExerciseFailure(
+                f"Case {label!r}: after {end} tokens, self.{name} has shape "
+                f"{shape_str(cached.shape)}: {cached.numel()} numbers, where the {what} of {end} "
+                f"tokens are B·{end}·E = {B * end * E}.\nLikely cause: {cause}"
+            )
+    for name, count in projected.items():
+        if count > B * end:
+            raise ExerciseFailure(
+                f"Case {label!r}: after {end} tokens, {name} has projected {count // B} tokens "
+                "per sequence: each token's key and value are computed again at every step.\n"
+                "Likely cause: you cache the inputs (or recompute every key). The cache holds the "
+                "projected keys and values: only the new tokens are projected."
+            )
+
+
+def _run_cache(candidate, case: Case, attn, x, sizes, before) -> None:
+    H = case.args[1]
+    wrapper = build_module(candidate, case, (attn, H)).eval()
+    a64, x64 = copy.deepcopy(attn).double(), x.double()
+    q, k, v = (families.split_heads(p(x64), H) for p in (a64.q_proj, a64.k_proj, a64.v_proj))
+    full, weights = scaled_dot_product_attention(q, k, v, is_causal=True)
+    full, projected = a64.out_proj(families.merge_heads(full)), Counter()
+
+    def count(module, args, out):
+        projected["k_proj" if module is attn.k_proj else "v_proj"] += args[0].shape[:-1].numel()
+
+    hooks = [attn.k_proj.register_forward_hook(count), attn.v_proj.register_forward_hook(count)]
+    try:
+        ends = torch.tensor(sizes).cumsum(0).tolist()
+        for i, (start, end) in enumerate(zip([0, *ends], ends)):
+            T = end - start
+            label, piece = f"{case.name}; piece {i} (tokens {start}..{end - 1})", x[:, start:end]
+            try:
+                with torch.no_grad():
+                    causal = masks.causal_mask(T, T)
+                    result = call_candidate(wrapper, label, piece, piece, piece, attn_mask=causal)
+            except ExerciseFailure as failure:
+                if failure.raised is None:
+                    raise
+                cause = _crash_cause(wrapper, failure.raised, start, T)
+                raise failure.with_cause(cause) from failure.raised
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise ExerciseFailure(
+                    f"Case {label!r}: your forward returned {type(result).__name__}; it returns "
+                    "(output, weights) as your MultiHeadAttention does, so that a block can call "
+                    "either."
+                )
+            mistakes = families.mistakes(
+                lambda flaw, i=i: lambda: _cached(a64, H, x64, sizes, flaw, before)[i],
+                _CACHE_TEXTS,
+                **_CACHE_TEXTS,
+            )
+            tolerance = {"atol": 1e-4, "rtol": 1e-3}
+            expected = full[:, start:end]
+            require_tensor(label, "outputs", result[0], expected, mistakes, (), **_OUT, **tolerance)
+            if isinstance(result[1], torch.Tensor):  # the weights may be None
+                expected = weights[:, :, start:end, :end]
+                require_tensor(
+                    label, "weights", result[1], expected, (), (), **_WEIGHTS, **tolerance
+                )
+            _require_cache(wrapper, label, x, end, T, projected)
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+@exercise(
+    "CachedAttention",
+    "07",
+    reference=CachedAttention,
+    todo="Replace `raise NotImplementedError` in CachedAttention.forward: project the new "
+    "tokens, append their keys and values to the cache, attend over all of them with the right "
+    "mask.",
+    points=3,
+)
+def check_cached_attention(candidate) -> int:
+    """Check ``candidate(attn, num_heads)``, ``forward(query, key, value, attn_mask=None)`` on the
+    new tokens -> ``(output (B, T, E), weights)``, piece by piece against causal attention over
+    the whole sequence so far."""
+    randn, before = seeded_randn(73), None
+    cases = [
+        ("a prompt of 4 tokens, then 1, 1, 1; E 16, 2 heads, B 2", (2, 7, 16), 2, [4, 1, 1, 1]),
+        ("token by token from the first: 1, 1, 1, 1, 1; E 12, 3 heads", (1, 5, 12), 3, [1] * 5),
+        ("a prompt of 3, then 2 at a time: 3, 2, 2; E 16, 4 heads", (2, 7, 16), 4, [3, 2, 2]),
+        ("the same again in a new CachedAttention around the same attention", None, 4, [3, 2, 2]),
+        ("a prompt of 3, then 3 more (as many new as cached); E 8, 2 heads", (2, 6, 8), 2, [3, 3]),
+        ("the whole sequence at once, nothing cached: 6 tokens, 1 head", (1, 6, 8), 1, [6]),
+    ]
+    for seed, (name, shape, H, sizes) in enumerate(cases):
+        if shape is not None:  # else the same attention and sequence as the case before
+            x, before, g = randn(*shape), None, torch.Generator().manual_seed(seed)
+            attn = reference.MultiHeadAttention(shape[-1], H).eval()
+            with torch.no_grad():  # random weights and biases
+                for p in attn.parameters():
+                    scale = (shape[-1] if p.dim() == 2 else 4) ** -0.5
+                    p.copy_(scale * torch.randn(p.shape, generator=g))
+        _run_cache(candidate, Case(name, (shape, H)), attn, x, sizes, before)
+        before = x.double()
+    return len(cases)

@@ -1,0 +1,467 @@
+"""Lesson 08's attention of today's models: RoPE (``rotary``, and inside causal attention over
+a cache, ``rope_attention``), ALiBi's bias, grouped-query and sliding-window attention; each is
+held to the library's own, and its classic mistakes are written once, with a flaw switched on."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from .. import alibi, attention, masks, modern
+from ..rope import RotaryEmbedding, rotate_half
+from . import families
+from ._core import exercise
+from ._failure import ExerciseFailure
+from ._table import Case, Out, Table, call_diagnosed, pair, seeded_randn
+
+# ---------------------------------------------------------------- rotary
+
+
+def rotary(x, positions, base=10000.0):
+    """RoPE, rotate-half layout: x (..., L, D), positions (L,); pair (i, i + D/2) of token t
+    turned by positions[t] · base^(-2i/D). x's shape and dtype."""
+    return RotaryEmbedding(x.size(-1), base).to(x.device)(x, positions)
+
+
+def _rope(x, positions, base=10000.0, flaw=""):
+    D, i = x.size(-1), torch.arange(x.size(-1) // 2, dtype=torch.float64)
+    exponent = {"exponent i/D": -i / D, "exponent 2i/D, positive": 2 * i / D}.get(flaw, -2 * i / D)
+    p = torch.arange(x.size(-2)) if flaw == "positions ignored" else positions
+    angles = p.double()[:, None] * base**exponent * (-1 if flaw == "rotated the other way" else 1)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    cos, sin = (sin, cos) if flaw == "cos and sin swapped" else (cos, sin)
+    pairs = flaw == "interleaved (GPT-J)"
+    x1, x2 = (x[..., 0::2], x[..., 1::2]) if pairs else x.chunk(2, dim=-1)
+    y = (x1 * cos - x2 * sin, x2 * cos + x1 * sin)
+    return torch.stack(y, dim=-1).flatten(-2) if pairs else torch.cat(y, dim=-1)
+
+
+_LAYOUT = "feature i pairs with feature i + D/2"
+_ROTARY_TEXTS = {
+    "interleaved (GPT-J)": "you paired neighbouring features (2i, 2i + 1), the GPT-J layout; the "
+    f"exercise asks for Llama's rotate-half layout: {_LAYOUT}.",
+    "positions ignored": "your rotation ignores `positions` and numbers the tokens 0, 1, 2, ... "
+    "With a KV cache the positions continue where the cache stopped: token t turns by "
+    "positions[t] · θ_i.",
+    "exponent i/D": "your frequencies are base^(-i/D); pair i turns by θ_i = base^(-2i/D).",
+    "exponent 2i/D, positive": "your frequencies grow with i (base^(+2i/D)); θ_i = base^(-2i/D): "
+    "the first pair turns fastest, 1 radian per position.",
+    "rotated the other way": "you turned each pair by -p·θ_i; the convention turns by +p·θ_i.",
+    "cos and sin swapped": "cos and sin are swapped: at position 0 (angle 0) the rotation leaves "
+    "x unchanged, since cos(0) = 1.",
+}
+
+
+def _rotary_cases():
+    randn = seeded_randn(8, dtype=torch.float64)
+    for name, x, positions in [
+        ("one token, D = 4, position 1", torch.tensor([[1.0, 2.0, 3.0, 4.0]]), [1]),
+        ("(B, H, L, D) = (2, 3, 5, 8), positions 0..4", randn(2, 3, 5, 8), range(5)),
+        ("after 7 cached tokens: (1, 2, 4, 8), positions 7..10", randn(1, 2, 4, 8), range(7, 11)),
+        ("float32, D = 6: (3, 6), positions 2, 5, 9", randn(3, 6).float(), [2, 5, 9]),
+    ]:
+        yield Case(name, (x, torch.tensor(list(positions))))
+    llama = (randn(2, 4, 16), torch.tensor([0, 3, 10, 100]), 5e5)
+    yield Case("positions 0, 3, 10, 100 and Llama 3's base 500000: (2, 4, 16)", llama)
+
+
+def _same_dtype(case: Case, got, expected) -> None:
+    x = case.args[0]
+    if isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype != x.dtype:
+        raise ExerciseFailure(
+            f"Case {case.name!r}: your result is {got.dtype}, expected {x.dtype}, the dtype of x."
+            "\nLikely cause: the angles may be computed in any precision, but cos and sin are "
+            "brought back to x's dtype before they meet x."
+        )
+
+
+check_rotary = exercise(
+    "rotary",
+    "08",
+    reference=rotary,
+    todo="Replace `raise NotImplementedError` with the rotation of each pair of features.",
+    own_work={
+        "the course's RotaryEmbedding (mha_course)": RotaryEmbedding,
+        "the course's rotate_half (mha_course.rope)": rotate_half,
+        "the course's reference (mha_course.reference)": rotary,
+    },
+    table=Table(
+        cases=_rotary_cases,
+        reference=rotary,
+        double=False,
+        mistakes=families.flawed(_rope, _ROTARY_TEXTS, **_ROTARY_TEXTS),
+        shape_checks=[_same_dtype],
+        outputs=[
+            Out(
+                "the rotated features",
+                shape_hint="the result has x's shape: each feature is replaced by its rotated one.",
+                fallback=f"check the pairing ({_LAYOUT}) and the angle p·θ_i, θ_i = base^(-2i/D).",
+            )
+        ],
+        crash="x is (..., L, D) and positions (L,): the angles are (L, D/2), one per token and "
+        "pair; they broadcast against each half of x, (..., L, D/2).",
+    ),
+)
+
+# ---------------------------------------------------------------- rope_attention
+
+
+def rope_attention(q, k, v, positions, rotate):
+    """Causal attention, q (B, H, L, D) the last L of the S tokens of k, v (B, H, S, D), q and k
+    turned by ``rotate(x, positions)`` (positions (S,)): the output (B, H, L, D)."""
+    L, S = q.size(-2), k.size(-2)
+    q, k = rotate(q, positions[S - L :]), rotate(k, positions)
+    mask = masks.causal_mask(L, S, q.device, offset=S - L)
+    return attention.scaled_dot_product_attention(q, k, v, attn_mask=mask)[0]
+
+
+def _rope_attention(q, k, v, positions, rotate, flaw=""):
+    L, S = q.size(-2), k.size(-2)
+    at = {"queries at the first positions": positions[:L], "queries from 0": torch.arange(L)}
+    q = q if flaw == "queries not rotated" else rotate(q, at.get(flaw, positions[S - L :]))
+    k = k if flaw == "keys not rotated" else rotate(k, positions)
+    v = rotate(v, positions) if flaw == "values rotated" else v
+    return families.attention(q, k, v, families.causal(L, S, flaw, offset=S - L), flaw)[0]
+
+
+_RESTART = (
+    "the queries are rotated as if they were the first tokens. They are the last L of the S "
+    "tokens: their positions are the last L of `positions`."
+)
+_ROPE_TEXTS = {
+    "values rotated": "you rotated the values too. RoPE turns only queries and keys, so that "
+    "their dot product (the score) depends on the offset; the values stay as they are.",
+    "queries at the first positions": _RESTART,
+    "queries from 0": _RESTART,
+    "keys not rotated": "only the queries are rotated; the keys turn too, each by its own "
+    "position, so that q_m · k_n depends on m - n.",
+    "queries not rotated": "only the keys are rotated; the queries turn too, by their positions.",
+    "causal top-left": families.CAUSAL["causal top-left"],
+    "mask ignored": "there is no causal mask: a query must not see the keys after its own token.",
+    "off-by-one diagonal": families.CAUSAL["off-by-one diagonal"],
+}
+
+
+def _rope_attention_cases():
+    randn = seeded_randn(18, dtype=torch.float64)
+    for name, (B, H, L, S), first in [
+        ("no cache: q, k, v (2, 2, 6, 8), positions 0..5", (2, 2, 6, 6), 0),
+        ("3 new tokens after 6 cached: q (1, 2, 3, 8), k, v (1, 2, 9, 8)", (1, 2, 3, 9), 0),
+        ("one new token after 6 cached: q (2, 3, 1, 8), k, v (2, 3, 7, 8)", (2, 3, 1, 7), 0),
+        (
+            "positions 20..27 (a text begun earlier): q (1, 1, 4, 8), k, v (1, 1, 8, 8)",
+            (1, 1, 4, 8),
+            20,
+        ),
+    ]:
+        qkv = randn(B, H, L, 8), randn(B, H, S, 8), randn(B, H, S, 8)
+        yield Case(name, (*qkv, torch.arange(first, first + S), rotary))
+
+
+check_rope_attention = exercise(
+    "rope_attention",
+    "08",
+    reference=rope_attention,
+    todo="Replace `raise NotImplementedError` with causal attention over rotated queries and keys.",
+    table=Table(
+        cases=_rope_attention_cases,
+        reference=rope_attention,
+        mistakes=families.flawed(_rope_attention, _ROPE_TEXTS, **_ROPE_TEXTS),
+        outputs=[
+            Out(
+                "the outputs",
+                shape_hint="the output has one row per query, like q: (B, H, L, D).",
+                fallback="q and k (not v) turn by their own positions, then causal attention "
+                "with the scale 1/√D.",
+            )
+        ],
+        crash="q is (B, H, L, D) and k, v (B, H, S, D): q turns by the positions of its L "
+        "tokens and k by all S; the causal mask is (L, S).",
+    ),
+)
+
+# ---------------------------------------------------------------- alibi_bias
+
+
+def _alibi(H, L, S, flaw=""):
+    h = torch.arange(H)
+    exponent = {"exponent h instead of h + 1": 8 * h / H, "the 8 missing": (h + 1) / H}.get(
+        flaw, h + 1.0 if flaw == "eight heads' slopes" else 8 * (h + 1) / H
+    )
+    m = 2.0**-exponent
+    m = m.flip(0) if flaw == "slopes reversed" else m
+    i, j = torch.arange(L)[:, None], torch.arange(S)
+    distance = {"wrong sign": i - j, "BLOOM's form m·j": j.expand(L, S)}.get(flaw, j - i)
+    return m[:, None, None] * distance
+
+
+def _causal_part(bias):
+    """The entries a causal mask keeps (key j <= query i); the others 0."""
+    if not (isinstance(bias, torch.Tensor) and bias.is_floating_point() and bias.dim() == 3):
+        return bias
+    return bias.masked_fill(~families.causal(*bias.shape[-2:], device=bias.device), 0.0)
+
+
+def _float(case: Case, got, expected) -> None:
+    if isinstance(got, torch.Tensor) and not got.is_floating_point():
+        raise ExerciseFailure(
+            f"Case {case.name!r}: your bias has dtype {got.dtype}; it is added to float scores "
+            "and holds fractions (the slopes): make it float."
+        )
+
+
+_SLOPES = "m_h = 2^(-8(h+1)/H), h = 0 .. H - 1"
+_ALIBI_TEXTS = {
+    "slopes reversed": f"your slopes are in reverse order: head 0 has the steepest, {_SLOPES}.",
+    "wrong sign": "the bias has the wrong sign: a key further back gets a *lower* score, "
+    "-m_h · (i - j), negative below the diagonal.",
+    "exponent h instead of h + 1": f"your first slope is 1 (2^0): the exponents start at h + "
+    f"1, {_SLOPES}.",
+    "the 8 missing": f"your slopes are 2^(-(h+1)/H): the exponent has a factor 8, {_SLOPES}.",
+    "eight heads' slopes": "your slopes are 1/2, 1/4, 1/8, ...: right for 8 heads only. They "
+    f"depend on H: {_SLOPES}.",
+    "BLOOM's form m·j": "yours is m_h · j (BLOOM's form), which differs from -m_h · (i - j) by "
+    "m_h · i, the same for every key of a row (the softmax ignores it); the exercise asks for "
+    "the bias itself, 0 on the diagonal.",
+}
+check_alibi_bias = exercise(
+    "alibi_bias",
+    "08",
+    reference=alibi.alibi_bias,
+    todo="Replace `raise NotImplementedError` with the slopes and the bias -m_h · (i - j).",
+    own_work={
+        "the course's alibi_bias (mha_course)": alibi.alibi_bias,
+        "the course's alibi_slopes (mha_course)": alibi.alibi_slopes,
+    },
+    table=Table(
+        cases=lambda: [
+            Case("8 heads, L = S = 5", (8, 5, 5)),
+            Case("4 heads, L = S = 6", (4, 6, 6)),
+            Case("16 heads, L = S = 3", (16, 3, 3)),
+            Case("2 heads, 3 queries and 7 keys (query i at position i)", (2, 3, 7)),
+            Case("1 head, L = S = 4", (1, 4, 4)),
+        ],
+        reference=alibi.alibi_bias,
+        mistakes=families.flawed(_alibi, _ALIBI_TEXTS, **_ALIBI_TEXTS),
+        shape_checks=[_float],
+        outputs=[
+            Out(
+                "the biases (where key j <= query i)",
+                _causal_part,
+                shape_hint="one bias per head, query and key: (num_heads, L, S).",
+                fallback=f"bias[h, i, j] = -m_h · (i - j), {_SLOPES}.",
+            )
+        ],
+        crash="the slopes are (H,) and the distances i - j (L, S): a slope per head times a "
+        "distance per query and key broadcasts to (H, L, S).",
+    ),
+)
+
+# ---------------------------------------------------------------- grouped_query_attention
+
+
+def grouped_query_attention(query, key, value, attn_mask=None):
+    """query (B, H, L, D), key and value (B, H_kv, S, D|Dv): query head h reads key/value head
+    h // (H / H_kv). ``(output (B, H, L, Dv), weights (B, H, L, S))``, mask True = may attend."""
+    return attention.scaled_dot_product_attention(query, key, value, attn_mask, enable_gqa=True)
+
+
+def _gqa(q, k, v, attn_mask=None, flaw=""):
+    H, H_kv = q.size(-3), k.size(-3)
+    index = {
+        "repeat instead of repeat_interleave": torch.arange(H) % H_kv,
+        "h // H_kv": (torch.arange(H) // H_kv).clamp(max=H_kv - 1),
+    }.get(flaw, torch.arange(H) // (H // H_kv))
+    k, v = k.index_select(-3, index), v.index_select(-3, index)
+    return families.attention(q, k, v, attn_mask, flaw)
+
+
+_INTERLEAVE = (
+    "query head h reads key/value head h // G, G = H / H_kv: heads 0..G-1 share key/value head "
+    "0, the next G share head 1, and so on (what torch's enable_gqa does)"
+)
+_GQA_TEXTS = {
+    "repeat instead of repeat_interleave": "your query heads read the key/value heads in turn, h "
+    f"% H_kv: whole copies stacked (0, 1, 0, 1, ...). The grouping is consecutive: {_INTERLEAVE}.",
+    "h // H_kv": "your query head h reads key/value head h // H_kv; the division is by the group "
+    f"size G = H / H_kv: {_INTERLEAVE}.",
+}
+_GQA_FLAWS = [
+    *_GQA_TEXTS,
+    *families.ATTENTION,
+    "mask ignored",
+    "mask inverted",
+    "mask filled with 0",
+    "mask after the softmax",
+]
+
+
+def _gqa_crash(got, case: Case) -> str:
+    mask = case.kwargs.get("attn_mask")
+    return (
+        "a shape mix-up. query is (B, H, L, D), key and value (B, H_kv, S, ·) with fewer heads: "
+        "each query head gets its key/value head first (the heads' axis grows from H_kv to H), "
+        "then attention as in lesson 01"
+        + ("." if mask is None else f", the mask {tuple(mask.shape)} broadcast as it is against ")
+        + ("" if mask is None else "the scores (B, H, L, S).")
+    )
+
+
+def _gqa_cases():
+    randn = seeded_randn(28)
+    padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2]).view(2, 1, 1, 6)
+    causal = families.causal(5, 5)
+    for name, q, kv, Dv, mask in [
+        ("GQA: query (2, 4, 5, 8), key and value (2, 2, 5, 8)", (2, 4, 5, 8), (2, 2, 5), 8, None),
+        ("MQA: one key/value head for all, query (1, 4, 3, 8)", (1, 4, 3, 8), (1, 1, 6), 8, None),
+        ("MHA: query, key and value (2, 3, 4, 8): H_kv = H", (2, 3, 4, 8), (2, 3, 4), 8, None),
+        ("G = 2 with H_kv = 3, values of size 5", (1, 6, 4, 8), (1, 3, 7), 5, None),
+        ("causal mask (5, 5): query (2, 8, 5, 4)", (2, 8, 5, 4), (2, 2, 5), 4, causal),
+        ("padding mask (2, 1, 1, 6): sequence 2 padded", (2, 4, 3, 8), (2, 2, 6), 8, padding),
+    ]:
+        mask = {} if mask is None else {"attn_mask": mask}
+        yield Case(name, (randn(*q), randn(*kv, q[-1]), randn(*kv, Dv)), mask)
+    yield Case(
+        "6 query heads, 4 key/value heads: 6 is not a multiple of 4",
+        (randn(1, 6, 3, 8), randn(1, 4, 3, 8), randn(1, 4, 3, 8)),
+        raises=("multiple",),
+        why="6 query heads cannot share 4 key/value heads equally: H must be a multiple of H_kv",
+    )
+
+
+check_grouped_query_attention = exercise(
+    "grouped_query_attention",
+    "08",
+    reference=grouped_query_attention,
+    todo="Replace `raise NotImplementedError` with attention whose query heads share key/value "
+    "heads.",
+    own_work={
+        "torch's scaled_dot_product_attention": F.scaled_dot_product_attention,
+        "the course's scaled_dot_product_attention (mha_course)": attention.scaled_dot_product_attention,
+    },
+    table=Table(
+        cases=_gqa_cases,
+        reference=grouped_query_attention,
+        mistakes=families.flawed(_gqa, _GQA_FLAWS, **_GQA_TEXTS),
+        shape_checks=[pair("output", "weights")],
+        outputs=[
+            Out("the weights", 1, shape_hint="(B, H, L, S): a row per query of every query head."),
+            Out(
+                "the outputs",
+                0,
+                shape_hint="(B, H, L, Dv): a row per query of every query head.",
+                fallback=f"check which key/value head each query head reads: {_INTERLEAVE}.",
+            ),
+        ],
+        crash=_gqa_crash,
+    ),
+)
+
+# ---------------------------------------------------------------- sliding_window_attention
+
+
+def _window(q, k, v, window, flaw=""):
+    i, j = torch.arange(q.size(-2))[:, None], torch.arange(q.size(-2))
+    reach = {"one key too many": window + 1, "one key too few": window - 1}.get(flaw, window)
+    block = i // window
+    allowed = {
+        "not causal": (i - j).abs() < window,
+        "window ignored": j <= i,
+        "each block on its own": (j <= i) & (block == j // window),
+        "one key too many, in blocks": (j <= i) & (i - j <= window) & (j > (block - 1) * window),
+        "no causal part inside the window": (i - j < window) & (j < (block + 1) * window),
+    }.get(flaw, (j <= i) & (i - j < reach))
+    return families.attention(q, k, v, allowed, flaw)[0]
+
+
+_WINDOW = "query i sees keys i - window + 1 .. i: `window` keys, itself included"
+_WINDOW_TEXTS = {
+    "one key too many": f"your window holds window + 1 keys: {_WINDOW}.",
+    "one key too many, in blocks": f"your mask lets a query see window + 1 keys: {_WINDOW}.",
+    "one key too few": f"your window holds window - 1 keys: {_WINDOW}.",
+    "not causal": "your window looks ahead too: a query also sees up to window - 1 keys after "
+    f"it. A decoder's window is causal: {_WINDOW}.",
+    "no causal part inside the window": "inside the window a query also sees the keys after "
+    "it, up to the end of its block of queries: the mask keeps the window's far edge but not "
+    f"the causal part. {_WINDOW}.",
+    "window ignored": "your result is plain causal attention: every query sees all the keys "
+    f"before it. The window limits that: {_WINDOW}.",
+    "each block on its own": "each block of queries attends only to the keys of its own block; "
+    "the first queries of a block reach back into the block before (keys from s - window + 1).",
+    "no scale": families.ATTENTION["no scale"],
+}
+
+
+class _Shapes(TorchFunctionMode):
+    """While on, the last two sizes of every tensor a torch function returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        for t in result if isinstance(result, (tuple, list)) else [result]:
+            if isinstance(t, torch.Tensor):
+                self.seen.add(tuple(t.shape[-2:]))
+        return result
+
+
+def _call_window(candidate, case: Case, table: Table):
+    """The answer's output; in the memory case, made without any (L, L) tensor."""
+    with _Shapes() as shapes:
+        got = call_diagnosed(candidate, case, table.mistakes, table.crash)
+    L = case.args[0].size(-2)
+    if case.name.startswith("memory") and (L, L) in shapes.seen:
+        raise ExerciseFailure(
+            f"Case {case.name!r}: your function builds an (L, L) = ({L}, {L}) tensor (the "
+            "scores, or a mask).\nLikely cause: all the queries at once. The point of the window "
+            "is never to need them all: a block of queries at a time, with the keys it reaches."
+        )
+    return got
+
+
+def _window_cases():
+    randn = seeded_randn(38, dtype=torch.float64)
+    for name, shape, Dv, window in [
+        ("q, k, v (12, 8), window 4", (12, 8), 8, 4),
+        ("batch and heads (2, 3, 16, 8), window 5 (16 is no multiple of 5)", (2, 3, 16, 8), 8, 5),
+        ("window 1: each query sees only itself", (7, 4), 4, 1),
+        ("window 20 >= L = 9: plain causal attention", (2, 9, 4), 4, 20),
+        ("values of another size: v (10, 3), window 3", (10, 6), 3, 3),
+        ("memory: q, k, v (2, 24, 8), window 4; no (24, 24) tensor", (2, 24, 8), 8, 4),
+    ]:
+        yield Case(name, (randn(*shape), randn(*shape), randn(*shape[:-1], Dv), window))
+
+
+check_sliding_window_attention = exercise(
+    "sliding_window_attention",
+    "08",
+    reference=modern.sliding_window_attention,
+    todo="Replace `raise NotImplementedError` with attention over a window of keys, one block of "
+    "queries at a time.",
+    points=3,
+    own_work={
+        "the course's sliding_window_attention (mha_course.modern)": modern.sliding_window_attention,
+        "the course's sliding_window_mask (mha_course.masks)": masks.sliding_window_mask,
+    },
+    table=Table(
+        cases=_window_cases,
+        reference=modern.sliding_window_attention,
+        mistakes=families.flawed(_window, _WINDOW_TEXTS, **_WINDOW_TEXTS),
+        call=_call_window,
+        outputs=[
+            Out(
+                "outputs",
+                shape_hint="the output is (..., L, Dv).",
+                fallback=f"check the window ({_WINDOW}) and the scale 1/√D.",
+            )
+        ],
+        crash="a shape mix-up. A block of queries and the keys its windows reach give scores "
+        "(..., queries of the block, keys reached); the block's mask has the same last two "
+        "sizes. The last block may be shorter.",
+        atol=1e-6,
+        rtol=1e-6,
+    ),
+)
