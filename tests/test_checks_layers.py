@@ -688,6 +688,15 @@ def test_encoder_layer_structure_problems():
         "a Linear from d_model = 16 to d_ff = 32 features",
     )
 
+    class NoBias(encoder_class(post_ln)):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+            super().__init__(d_model, num_heads, d_ff, dropout)
+            self.linear2 = nn.Linear(d_ff, d_model, bias=False)
+
+    fails_with(check_encoder_layer, NoBias, "self.linear2 has no bias")
+    layer = encoder_class(post_ln)(16, 4, 32)
+    fails_with(check_encoder_layer, layer, "Pass the class itself")
+
 
 def test_encoder_layer_that_wraps_torchs_is_told_to_write_it():
     class EncoderLayer(nn.Module):
