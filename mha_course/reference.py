@@ -7,14 +7,9 @@ package's own implementation (the package is the one place the maths is written)
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
-from einops import rearrange
-
-from .layernorm import LayerNorm
-from .positional import positional_encoding
 
 
 def __getattr__(name: str):
@@ -28,19 +23,8 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "LayerNorm",
-    "positional_encoding",
-    "EncoderLayer",
-    "EncoderModel",
-    "train_step",
     "load_layer",
     "attention_in_blocks",
-    "post_ln_sublayer",
-    "pre_ln_sublayer",
-    "ResidualBlock",
-    "gradient_norms",
-    "FeedForward",
-    "EncoderStack",
     "previous_token_score",
     "mean_pool",
     "embed_sentences",
@@ -53,112 +37,6 @@ __all__ = [
 
 # Lesson 03: ``LayerNorm(normalized_shape, eps=1e-5)`` and ``positional_encoding(max_len, d_model)``
 # are the package's own (imported above); their signatures extend the exercise skeletons'.
-
-
-class EncoderLayer(torch.nn.Module):
-    """Lesson 04: the exercise's encoder layer, ReLU, batch first; post-LN by default.
-
-        post-LN (``norm_first=False``, the paper's and BERT's):
-            Step 2: Z = LayerNorm(X' + MultiHead(X'))
-            Step 3: out = LayerNorm(FFN(Z) + Z),  FFN(Z) = linear2(relu(linear1(Z)))
-        pre-LN (``norm_first=True``): x + MultiHead(LayerNorm(x)), then x + FFN(LayerNorm(x))
-
-    ``forward(x, attn_mask=None)`` takes a bool mask, True where a query **may attend**, and hands it
-    to ``self_attn``. ``mha_class`` and ``norm_class`` (keyword-only, not in the skeleton) build it
-    from other parts, e.g. the learner's own MultiHeadAttention and LayerNorm; by default it uses
-    this module's MultiHeadAttention and LayerNorm. ``activation`` (keyword-only) replaces the ReLU,
-    e.g. ``torch.nn.functional.gelu`` for BERT-style models (lesson 05).
-    """
-
-    def __init__(
-        self,
-        d_model,
-        num_heads,
-        d_ff,
-        dropout=0.0,
-        norm_first=False,
-        *,
-        mha_class=None,
-        norm_class=None,
-        activation=torch.relu,
-    ):
-        super().__init__()
-        self.activation = activation
-        self.self_attn = (mha_class or __getattr__("MultiHeadAttention"))(d_model, num_heads)
-        self.linear1 = torch.nn.Linear(d_model, d_ff)
-        self.linear2 = torch.nn.Linear(d_ff, d_model)
-        self.norm1 = (norm_class or LayerNorm)(d_model)
-        self.norm2 = (norm_class or LayerNorm)(d_model)
-        self.dropout = torch.nn.Dropout(dropout)
-        self.norm_first = norm_first
-
-    def self_attention_block(self, x, attn_mask=None):
-        attended, _ = self.self_attn(x, x, x, attn_mask=attn_mask)
-        return self.dropout(attended)
-
-    def feed_forward_block(self, x):
-        return self.dropout(self.linear2(self.dropout(self.activation(self.linear1(x)))))
-
-    def forward(self, x, attn_mask=None):
-        if self.norm_first:
-            x = x + self.self_attention_block(self.norm1(x), attn_mask)
-            return x + self.feed_forward_block(self.norm2(x))
-        z = self.norm1(x + self.self_attention_block(x, attn_mask))  # Step 2
-        return self.norm2(z + self.feed_forward_block(z))  # Step 3
-
-
-class EncoderModel(torch.nn.Module):
-    """Lesson 04: token ids in, a score for every token of the vocabulary at every position out.
-
-    Step 1, X' = Embedding + PositionEncoding (the PE table a buffer: it moves with the model and
-    is not trained); then ``num_layers`` encoder layers with weights of their own, each on the
-    previous one's output, all with the padding mask; then a linear read-out.
-    ``forward(tokens (B, L) int, padding (B, L) bool, True at padding) -> (B, L, vocab_size)``.
-    ``layer_class`` and ``positional_encoding`` (keyword-only, not in the skeleton) build it from
-    other parts, e.g. the learner's own EncoderLayer and positional encoding.
-    """
-
-    def __init__(
-        self,
-        vocab_size,
-        max_len,
-        d_model,
-        num_heads,
-        d_ff,
-        num_layers,
-        *,
-        layer_class=None,
-        positional_encoding=positional_encoding,
-    ):
-        super().__init__()
-        self.embed = torch.nn.Embedding(vocab_size, d_model)
-        self.register_buffer("pe", positional_encoding(max_len, d_model))
-        self.layers = torch.nn.ModuleList(
-            (layer_class or EncoderLayer)(d_model, num_heads, d_ff) for _ in range(num_layers)
-        )
-        self.readout = torch.nn.Linear(d_model, vocab_size)
-
-    def forward(self, tokens, padding):
-        x = self.embed(tokens) + self.pe[: tokens.size(1)]  # Step 1   (B, L, d_model)
-        may_attend = rearrange(~padding, "b s -> b 1 1 s")  # the same for every head and query
-        for layer in self.layers:
-            x = layer(x, attn_mask=may_attend)  # Steps 2 and 3, N times
-        return self.readout(x)
-
-
-def train_step(model, optimizer, tokens, targets, padding, max_norm=1.0):
-    """Lesson 04: one step of training ``model(tokens, padding) -> scores (B, L, V)``: the mean
-    cross-entropy over the real positions (not the padding), gradients clipped to a total norm of
-    ``max_norm``, one update. Returns the loss, detached."""
-    scores = model(tokens, padding)
-    loss = torch.nn.functional.cross_entropy(
-        rearrange(scores, "b l v -> (b l) v"), targets.masked_fill(padding, -100).flatten()
-    )  # -100: ignored; no host sync, unlike scores[~padding]
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    optimizer.step()
-    return loss.detach()
 
 
 def load_layer(layer, weights, i):
@@ -215,74 +93,7 @@ def attention_in_blocks(q, k, v, block_size, is_causal=False, return_lse=False):
 # reaches each block of a stack.
 
 
-def post_ln_sublayer(x, sublayer, norm):
-    """Post-LN, the original paper's "add & norm": norm(x + sublayer(x))."""
-    return norm(x + sublayer(x))
-
-
-def pre_ln_sublayer(x, sublayer, norm):
-    """Pre-LN (GPT-2 and most models since): x + sublayer(norm(x))."""
-    return x + sublayer(norm(x))
-
-
-class ResidualBlock(torch.nn.Module):
-    """``sublayer`` (a module or function that keeps the shape (..., d_model)) wrapped with its
-    residual connection, dropout and LayerNorm, post-LN or pre-LN from one flag, as in
-    ``torch.nn.TransformerEncoderLayer``: ``norm_first=False`` (the default) gives
-    ``norm(x + dropout(sublayer(x)))``, ``norm_first=True`` gives ``x + dropout(sublayer(norm(x)))``."""
-
-    def __init__(self, sublayer, d_model, norm_first=False, dropout=0.0):
-        super().__init__()
-        self.sublayer = sublayer
-        self.norm = LayerNorm(d_model)
-        self.dropout = torch.nn.Dropout(dropout)
-        self.norm_first = norm_first
-
-    def forward(self, x):
-        add_norm = pre_ln_sublayer if self.norm_first else post_ln_sublayer
-        return add_norm(x, lambda t: self.dropout(self.sublayer(t)), self.norm)
-
-
-def gradient_norms(blocks, x, target):
-    """Run ``x`` through ``blocks`` in turn; for ``F.mse_loss(output, target)``, the norm of the
-    gradient at each block's input, as a list of ``len(blocks)`` floats (item 0 is at x itself)."""
-    inputs, hidden = [], x.detach().requires_grad_()
-    for block in blocks:
-        inputs.append(hidden)
-        hidden = block(hidden)
-    loss = torch.nn.functional.mse_loss(hidden, target)
-    grads = torch.autograd.grad(loss, inputs, allow_unused=True)
-    return [0.0 if g is None else g.norm().item() for g in grads]
-
-
 # Lesson 04: the position-wise feed-forward network, and a stack of layers.
-
-
-class FeedForward(torch.nn.Module):
-    """FFN(x) = linear2(relu(linear1(x))), d_model -> d_ff -> d_model, each position on its own."""
-
-    def __init__(self, d_model, d_ff):
-        super().__init__()
-        self.linear1 = torch.nn.Linear(d_model, d_ff)
-        self.linear2 = torch.nn.Linear(d_ff, d_model)
-
-    def forward(self, x):
-        return self.linear2(torch.relu(self.linear1(x)))
-
-
-class EncoderStack(torch.nn.Module):
-    """``num_layers`` independent deep copies of ``layer``, run in order, each on the previous one's
-    output (as ``torch.nn.TransformerEncoder`` does); ``forward(x, attn_mask=None)`` hands the bool
-    mask (True = may attend) to every layer."""
-
-    def __init__(self, layer, num_layers):
-        super().__init__()
-        self.layers = torch.nn.ModuleList(copy.deepcopy(layer) for _ in range(num_layers))
-
-    def forward(self, x, attn_mask=None):
-        for layer in self.layers:
-            x = layer(x, attn_mask=attn_mask)
-        return x
 
 
 # Lesson 05: reading a pretrained encoder's outputs.

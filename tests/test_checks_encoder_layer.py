@@ -89,12 +89,12 @@ def _pre(steps):
 @pytest.mark.parametrize(
     "steps, phrase",
     [
-        (post_ln, "with norm_first=True your layer computed the post-LN layer"),
+        (post_ln, "with norm_first True your layer computed the post-LN layer"),
         (
             lambda s, x, m: (lambda z: s.norm2(z) + s.ffn(s.norm2(z)))(
                 s.norm1(x) + s.attend(s.norm1(x), m)
             ),
-            "added each sub-layer's output to the normalised input",
+            "around both sub-layers, the residual path carries LayerNorm(x)",
         ),
         (
             lambda s, x, m: (lambda y: y + s.ffn(s.norm1(y)))(x + s.attend(s.norm2(x), m)),
@@ -102,19 +102,19 @@ def _pre(steps):
         ),
         (
             lambda s, x, m: (lambda y: y + s.ffn(s.norm1(y)))(x + s.attend(s.norm1(x), m)),
-            "you used norm1 twice",
+            "norm1 is used twice",
         ),
         (
             lambda s, x, m: (lambda y: y + s.ffn(s.norm2(y)))(x + s.attend(s.norm2(x), m)),
-            "you used norm2 twice",
+            "norm2 is used twice",
         ),
         (
             lambda s, x, m: (lambda y: s.norm2(y + s.ffn(y)))(x + s.attend(s.norm1(x), m)),
-            "only the attention sub-layer is pre-LN",
+            "around the feed-forward network, that is post-LN",
         ),
         (
             lambda s, x, m: (lambda z: z + s.ffn(s.norm2(z)))(s.norm1(x + s.attend(x, m))),
-            "only the feed-forward sub-layer is pre-LN",
+            "around the attention, that is post-LN",
         ),
         (
             lambda s, x, m: (lambda y: y + s.ffn(s.norm2(y)))(
@@ -124,15 +124,15 @@ def _pre(steps):
         ),
         (
             lambda s, x, m: s.ffn(s.norm2(s.attend(s.norm1(x), m))),
-            "both residual connections are missing",
+            "around both sub-layers, the residual is missing",
         ),
         (
             lambda s, x, m: (lambda y: y + s.ffn(s.norm2(y)))(s.attend(s.norm1(x), m)),
-            "the residual around the attention is missing",
+            "around the attention, the residual is missing",
         ),
         (
             lambda s, x, m: s.ffn(s.norm2(x + s.attend(s.norm1(x), m))),
-            "the residual around the feed-forward network is missing",
+            "around the feed-forward network, the residual is missing",
         ),
         (
             lambda s, x, m: (lambda y: y + s.ffn(s.norm2(x)))(x + s.attend(s.norm1(x), m)),
@@ -142,7 +142,7 @@ def _pre(steps):
             lambda s, x, m: (lambda y: s.norm2(y + s.ffn(s.norm2(y))))(
                 s.norm1(x + s.attend(s.norm1(x), m))
             ),
-            "normalised after each add as well",
+            "around both sub-layers, the sum is normalised too",
         ),
         (
             lambda s, x, m: (lambda y: y + s.ffn(s.norm2(y), lambda t: t))(
@@ -150,7 +150,7 @@ def _pre(steps):
             ),
             "has no activation",
         ),
-        (lambda s, x, m: pre_ln(s, x, None), "the mask is ignored"),
+        (lambda s, x, m: pre_ln(s, x, None), "the mask has no effect"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )
@@ -162,7 +162,7 @@ def test_encoder_layer_names_each_pre_ln_mistake(steps, phrase):
 def test_encoder_layer_flag_with_post_ln_default_wrong():
     """A flag that is inverted (pre-LN by default) fails in the post-LN cases, named pre-LN."""
     inverted = layer_with_flag(post_ln, post=pre_ln)
-    fails_with(check_encoder_layer, inverted, "you wrote the pre-LN layer", "norm_first=False")
+    fails_with(check_encoder_layer, inverted, "you wrote the pre-LN layer", "norm_first False")
 
 
 def test_encoder_layer_leaves_the_seed_alone_with_norm_first():

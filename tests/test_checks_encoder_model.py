@@ -106,9 +106,9 @@ def may_attend(padding):
                 may_attend(p),
                 step1=s.embed(t) * math.sqrt(s.embed.embedding_dim) + s.pe[: t.size(1)],
             ),
-            "scaled the embeddings by √d_model",
+            "the embeddings are scaled by √d_model",
         ),
-        (lambda s, t, p: run(s, t, p, p[:, None, None, :]), "you handed the layers `padding`"),
+        (lambda s, t, p: run(s, t, p, p[:, None, None, :]), "the layers got `padding` itself"),
         (lambda s, t, p: run(s, t, p, ~p), "the mask is (B, L)"),
         (lambda s, t, p: run(s, t, p, (~p)[:, None, :, None]), "masks queries, not keys"),
         (lambda s, t, p: run(s, t, p, None), "the layers get no mask"),
@@ -123,11 +123,15 @@ def may_attend(padding):
         ),
         (
             lambda s, t, p: run(s, t, p, may_attend(p), layers=[s.layers[0]] * len(s.layers)),
-            "the first layer num_layers times",
+            "the first layer runs num_layers times",
         ),
         (
             lambda s, t, p: s.embed(t) + s.pe[: t.size(1)],
             "the read-out is missing",
+        ),
+        (
+            lambda s, t, p: run(s, t, p, may_attend(p), layers=s.layers[-1:]),
+            "only the last one counts",
         ),
     ],
 )
@@ -170,8 +174,14 @@ def test_encoder_model_mask_only_to_the_first_layer():
             "buffer",
             ["expected num_layers = 2"],
         ),
-        (None, "plain", ["self.pe is a plain tensor attribute", "register_buffer"]),
-        (None, "parameter", ["the PE table is a parameter (`pe`)", "register_buffer"]),
+        (
+            lambda d, h, f, n: nn.ModuleDict({"0": reference.EncoderLayer(d, h, f)}),
+            "buffer",
+            ["self.layers is a ModuleDict", "nn.ModuleList"],
+        ),
+        (lambda d, h, f, n: None, "buffer", ["has no attribute `layers`"]),
+        (None, "plain", ["self.pe is a plain tensor attribute", "as a buffer"]),
+        (None, "parameter", ["the PE table is a parameter (`pe`)", "as a buffer"]),
     ],
 )
 def test_encoder_model_names_each_structural_mistake(make_layers, table, phrases):
@@ -198,13 +208,13 @@ def test_encoder_model_parts_sizes_super_init_tuple_and_not_done(capsys):
         def __init__(self, *sizes):
             self.embed = nn.Embedding(3, 4)
 
-    fails_with(check_encoder_model, NoSuper, "must call super().__init__() first")
+    fails_with(check_encoder_model, NoSuper, "does not call super().__init__()")
 
     class ReturnsTuple(reference.EncoderModel):
         def forward(self, tokens, padding):
             return super().forward(tokens, padding), None
 
-    fails_with(check_encoder_model, ReturnsTuple, "returned a tuple of 2")
+    fails_with(check_encoder_model, ReturnsTuple, "got tuple")
 
     class Skeleton(nn.Module):
         def __init__(self, *sizes):

@@ -185,7 +185,7 @@ def test_gradient_norms_explains_crashes_and_wrong_results(capsys):
     fails_with(
         check_gradient_norms,
         stack(lambda i, o, b: [h.grad.norm(dim=-1) for h in i], start=LEAF),
-        "an item of your list is a tensor of shape (2, 3); each item is one number",
+        "an item of your list is a tensor of shape (2, 3); each is one number",
     )
     not_done(check_gradient_norms, skeleton, capsys)
 

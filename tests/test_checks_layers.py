@@ -143,22 +143,22 @@ def ln_everything(self, x):
 @pytest.mark.parametrize(
     "normalise, phrase",
     [
-        (_stats(dim=0), "over the batch axis (dim=0)"),
-        (_stats(dim=1), "over the sequence axis"),
-        (ln_everything, "one mean and variance for the whole tensor"),
-        (_stats(unbiased=True), "unbiased variance"),
-        (ln_std_plus_eps, "x.std() + eps"),
-        (_stats(eps_inside=False), "eps is outside the square root"),
+        (_stats(dim=0), "over the first axis (the batch"),
+        (_stats(dim=1), "over the tokens (the sequence axis)"),
+        (ln_everything, "one mean and one variance for the whole tensor"),
+        (_stats(unbiased=True), "the unbiased one, divided by n − 1"),
+        (ln_std_plus_eps, "the standard deviation plus ε"),
+        (_stats(eps_inside=False), "eps is added after the square root"),
         (_stats(use_eps=False), "eps is missing"),
-        (_stats(subtract=False), "did not subtract the mean"),
-        (_stats(divide=False), "did not divide by the standard deviation"),
+        (_stats(subtract=False), "the mean is not subtracted"),
+        (_stats(divide=False), "nothing divides by the standard deviation"),
         (_stats(use_var=True), "divided by the variance"),
-        (_affine(lambda n, w, b: n), "scale and shift are missing"),
-        (_affine(lambda n, w, b: n * b + w), "weight and bias are swapped"),
+        (_affine(lambda n, w, b: n), "returned as they are"),
+        (_affine(lambda n, w, b: n * b + w), "the weight and the bias are swapped"),
         (_affine(lambda n, w, b: n * w * b), "the bias multiplies"),
         (_affine(lambda n, w, b: n + w + b), "the weight is added"),
-        (_affine(lambda n, w, b: n * w), "the bias is missing"),
-        (_affine(lambda n, w, b: n + b), "the weight is missing"),
+        (_affine(lambda n, w, b: n * w), "the bias β is missing"),
+        (_affine(lambda n, w, b: n + b), "the weight γ is missing"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )
@@ -182,7 +182,7 @@ def test_layer_norm_parameters_must_be_learnable_and_start_at_identity():
     fails_with(
         check_layer_norm,
         layer_norm_class(ln_var, weight=torch.randn),
-        "weight = torch.ones(normalized_shape)",
+        "weight all ones and its bias all zeros",
     )
     fails_with(
         check_layer_norm,
@@ -196,7 +196,10 @@ def test_layer_norm_parameters_must_be_learnable_and_start_at_identity():
             self.gamma = nn.Parameter(torch.ones(normalized_shape))
 
     fails_with(
-        check_layer_norm, NoWeight, "no tensor attribute `weight`", "self.weight = nn.Parameter"
+        check_layer_norm,
+        NoWeight,
+        "no tensor attribute `weight`",
+        "one learnable value per feature",
     )
 
 
@@ -204,7 +207,9 @@ def test_layer_norm_fixed_axis_and_detached_statistics():
     def dim_two(self, x):
         return _stats(dim=2)(self, x)
 
-    fails_with(check_layer_norm, layer_norm_class(dim_two), "2-D input", "dim=-1")
+    fails_with(
+        check_layer_norm, layer_norm_class(dim_two), "2-D input", "the features are the last axis"
+    )
 
     def detached_mean(self, x):
         mean = x.detach().mean(-1, keepdim=True)
@@ -212,7 +217,12 @@ def test_layer_norm_fixed_axis_and_detached_statistics():
             x.var(-1, keepdim=True, unbiased=False) + self.eps
         ) * self.weight + self.bias
 
-    fails_with(check_layer_norm, layer_norm_class(detached_mean), "input gradients", "detached")
+    fails_with(
+        check_layer_norm,
+        layer_norm_class(detached_mean),
+        "input gradients",
+        "cut off from autograd",
+    )
 
     def numpy_forward(self, x):
         a = x.detach().numpy()
@@ -311,7 +321,7 @@ def pe_halves(max_len, d_model):
     "candidate, phrase",
     [
         (pe_variant(sin_even=False), "sin and cos are swapped"),
-        (pe_halves, "all the sines in the first half"),
+        (pe_halves, "all the sines are in the first half"),
         (pe_variant(first=1), "the positions start at 1"),
         (pe_variant(exponent=lambda two_i, d: (two_i / 2) / d), "the exponent is i/d_model"),
         (pe_variant(exponent=lambda two_i, d: 2 * two_i / d), "the 2 is counted twice"),
@@ -321,7 +331,7 @@ def pe_halves(max_len, d_model):
         ),
         (
             pe_variant(exponent=lambda j, d: 2 * j / d, per_column=True),
-            "uses the column index as i",
+            "takes the column index for i",
         ),
         (pe_variant(multiply=True), "multiplied by 10000^(2i/d_model)"),
         (pe_variant(base=1000.0), "the base is 1000"),
@@ -503,47 +513,47 @@ def _wrong(steps):
     [
         (
             lambda s, x, m: (lambda y: y + s.ffn(s.norm2(y)))(x + s.attend(s.norm1(x), m)),
-            "pre-LN layer",
+            "you wrote the pre-LN layer",
         ),
         (
             lambda s, x, m: (lambda z: s.norm2(s.ffn(z)))(s.norm1(s.attend(x, m))),
-            "both residual connections",
+            "around both sub-layers, the residual is missing",
         ),
         (
             lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z)))(s.norm1(s.attend(x, m))),
-            "residual around the attention",
+            "around the attention, the residual is missing",
         ),
         (
             lambda s, x, m: s.norm2(s.ffn(s.norm1(x + s.attend(x, m)))),
-            "residual around the feed-forward",
+            "around the feed-forward network, the residual is missing",
         ),
         (
             lambda s, x, m: (lambda z: z + s.norm2(s.ffn(z)))(x + s.norm1(s.attend(x, m))),
-            "normalised each sub-layer's output and then added",
+            "around both sub-layers, the sub-layer's output is normalised",
         ),
         (
             lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z)))(x + s.norm1(s.attend(x, m))),
-            "around the attention you normalised before adding",
+            "around the attention, the sub-layer's output is normalised",
         ),
         (
             lambda s, x, m: (lambda z: z + s.norm2(s.ffn(z)))(s.norm1(x + s.attend(x, m))),
-            "around the feed-forward network you normalised before adding",
+            "around the feed-forward network, the sub-layer's output is normalised",
         ),
         (
             lambda s, x, m: (lambda z: z + s.ffn(z))(s.norm1(x + s.attend(x, m))),
-            "second LayerNorm is missing",
+            "around the feed-forward network, the LayerNorm is missing",
         ),
         (
             lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z)))(x + s.attend(x, m)),
-            "first LayerNorm is missing",
+            "around the attention, the LayerNorm is missing",
         ),
         (
             lambda s, x, m: (lambda z: s.norm1(z + s.ffn(z)))(s.norm1(x + s.attend(x, m))),
-            "you used norm1 twice",
+            "norm1 is used twice",
         ),
         (
             lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z)))(s.norm2(x + s.attend(x, m))),
-            "you used norm2 twice",
+            "norm2 is used twice",
         ),
         (
             lambda s, x, m: (lambda z: s.norm2(z + s.ffn(z, lambda t: t)))(
@@ -559,8 +569,27 @@ def _wrong(steps):
             lambda s, x, m: (lambda z: s.norm2(z + s.ffn(x)))(s.norm1(x + s.attend(x, m))),
             "reads the layer's input x",
         ),
-        (lambda s, x, m: post_ln(s, x, None), "the mask is ignored"),
+        (lambda s, x, m: post_ln(s, x, None), "the mask has no effect"),
         (lambda s, x, m: post_ln(s, x, None if m is None else ~m), "the mask is inverted"),
+        (
+            lambda s, x, m: (lambda z: s.norm1(z + s.ffn(z)))(s.norm2(x + s.attend(x, m))),
+            "norm1 and norm2 are swapped",
+        ),
+        # the feed-forward network's own mistakes, inside the layer
+        (
+            lambda s, x, m: (lambda z: s.norm2(z + F.relu(s.ffn(z))))(s.norm1(x + s.attend(x, m))),
+            "a ReLU after linear2 as well",
+        ),
+        (
+            lambda s, x, m: (lambda z: s.norm2(z + s.linear2(s.linear1(F.relu(z)))))(
+                s.norm1(x + s.attend(x, m))
+            ),
+            "the ReLU is on the feed-forward network's input",
+        ),
+        (
+            lambda s, x, m: (lambda z: s.norm2(z + z + s.ffn(z)))(s.norm1(x + s.attend(x, m))),
+            "the feed-forward network adds its own input",
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )
@@ -570,9 +599,51 @@ def test_encoder_layer_names_the_mistake(steps, phrase):
     )
 
 
+class InlineMHA(LoopFreeMHA):
+    """Attention written inline, with a flaw: ``split(t)`` (B, L, E) -> (B, H, L, D), ``scale``."""
+
+    split, scale = "b l (h d) -> b h l d", True
+
+    def forward(self, query, key, value, attn_mask=None):
+        B, L, E = query.shape
+        q, k, v = (
+            rearrange(p(t), self.split, h=self.num_heads)
+            if "(h d)" in self.split
+            else p(t).reshape(B, self.num_heads, L, -1)
+            for p, t in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        scores = q @ k.transpose(-2, -1) / (math.sqrt(self.head_dim) if self.scale else 1)
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        weights = scores.softmax(dim=-1)
+        return self.out_proj(rearrange(weights @ v, "b h l d -> b l (h d)")), weights
+
+
+NoScaleMHA = type("NoScaleMHA", (InlineMHA,), {"scale": False})
+SplitWithoutTransposeMHA = type("SplitWithoutTransposeMHA", (InlineMHA,), {"split": "reshape"})
+
+
+@pytest.mark.parametrize(
+    "mha, phrase",
+    [(NoScaleMHA, "the scores are not scaled"), (SplitWithoutTransposeMHA, "the heads are split")],
+)
+def test_encoder_layer_names_attention_mistakes_written_inside(mha, phrase):
+    fails_with(check_encoder_layer, encoder_class(post_ln, mha=mha), "Likely cause", phrase)
+
+
+@pytest.mark.parametrize(
+    "ffn",
+    [lambda s, z: s.linear1(F.relu(s.linear2(z))), lambda s, z: F.relu(s.linear1(z))],
+    ids=["Linears in the wrong order", "no linear2"],
+)
+def test_encoder_layer_feed_forward_shape_mix_ups_are_named(ffn):
+    steps = lambda s, x, m: (lambda z: s.norm2(z + ffn(s, z)))(s.norm1(x + s.attend(x, m)))  # noqa: E731
+    fails_with(check_encoder_layer, _wrong(steps), "your code raised", "linear1 goes from d_model")
+
+
 def test_encoder_layer_mask_mistakes_show_in_the_masked_cases():
     message = fails_with(
-        check_encoder_layer, _wrong(lambda s, x, m: post_ln(s, x, None)), "the mask is ignored"
+        check_encoder_layer, _wrong(lambda s, x, m: post_ln(s, x, None)), "the mask has no effect"
     )
     assert "causal mask" in message
 
@@ -581,8 +652,8 @@ def test_encoder_layer_structure_problems():
     fails_with(
         check_encoder_layer,
         _wrong(lambda s, x, m: (post_ln(s, x, m), None)),
-        "returned a tuple of 2",
-        "return only",
+        "got tuple",
+        "not a tuple",
     )
 
     class Renamed(encoder_class(post_ln)):
@@ -614,8 +685,17 @@ def test_encoder_layer_structure_problems():
         check_encoder_layer,
         WrongWidth,
         "linear1.weight has shape (64, 16), expected (32, 16)",
-        "nn.Linear(d_model, d_ff)",
+        "a Linear from d_model = 16 to d_ff = 32 features",
     )
+
+    class NoBias(encoder_class(post_ln)):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+            super().__init__(d_model, num_heads, d_ff, dropout)
+            self.linear2 = nn.Linear(d_ff, d_model, bias=False)
+
+    fails_with(check_encoder_layer, NoBias, "self.linear2 has no bias")
+    layer = encoder_class(post_ln)(16, 4, 32)
+    fails_with(check_encoder_layer, layer, "Pass the class itself")
 
 
 def test_encoder_layer_that_wraps_torchs_is_told_to_write_it():

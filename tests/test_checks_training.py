@@ -153,7 +153,10 @@ def test_train_step_wrong_axis_crash_and_what_it_returns(capsys):
 
     fails_with(check_train_step, flat_targets_only, "your code raised", "classes on axis 1")
     fails_with(
-        check_train_step, step_with(indexed, returns="attached"), "still attached", "detach()"
+        check_train_step,
+        step_with(indexed, returns="attached"),
+        "still attached",
+        "detach the loss",
     )
     fails_with(check_train_step, step_with(indexed, returns="none"), "returned NoneType")
 

@@ -21,6 +21,11 @@ LESSON_MODULES = (
     "l01_attention",
     "l02_multihead",
     "l02_head_jobs",
+    "l03_layer_norm",
+    "l03_residuals",
+    "l03_positions",
+    "l04_encoder_layer",
+    "l04_encoder_model",
     "l07_decoder",
     "l07_generation",
     "l07_cross_attention",
@@ -36,41 +41,19 @@ for _module in LESSON_MODULES:
 from .. import reference as _reference  # noqa: E402
 from .ablation import check_head_ablation  # noqa: E402
 from .costs import check_attention_cost, check_attention_flops, check_scores_memory  # noqa: E402
-from .encoder import check_encoder_layer  # noqa: E402
-from .encoder_model import check_encoder_model  # noqa: E402
 from .encoder_outputs import (  # noqa: E402
     check_embed_sentences,
     check_mean_pool,
     check_previous_token_score,
 )
-from .encoder_parts import check_encoder_stack, check_feed_forward  # noqa: E402
 from .fast import check_attention_in_blocks  # noqa: E402
-from .gradients import check_gradient_norms  # noqa: E402
-from .layers import check_layer_norm, check_positional_encoding  # noqa: E402
 from .pretrained import check_load_layer  # noqa: E402
-from .sublayers import (  # noqa: E402
-    check_post_ln_sublayer,
-    check_pre_ln_sublayer,
-    check_residual_block,
-)
-from .training import check_train_step  # noqa: E402
 
 _POINTS = {
-    "LayerNorm": 2,
-    "EncoderLayer": 3,
     "load_layer": 2,
     "attention_in_blocks": 3,
-    "ResidualBlock": 2,
-    "EncoderModel": 2,
 }
 _NOT_CONVERTED = [
-    ("03", check_layer_norm),
-    ("03", check_residual_block),
-    ("03", check_gradient_norms),
-    ("03", check_positional_encoding),
-    ("04", check_encoder_layer),
-    ("04", check_encoder_model),
-    ("04", check_train_step),
     ("05", check_load_layer),
     ("05", check_embed_sentences),
     ("05", check_head_ablation),

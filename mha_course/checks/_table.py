@@ -349,9 +349,9 @@ def call_diagnosed(candidate: Callable, case: Case, mistakes: Sequence[Mistake] 
         raise failure.with_cause(cause) from error
 
 
-def build_module(candidate, case: Case, sizes: Sequence) -> nn.Module:
-    """``candidate(*sizes)``: the learner's class, built as its skeleton says, with a message of
-    its own for an instance passed in and for a class that is not an ``nn.Module``."""
+def build_module(candidate, case: Case, sizes: Sequence, **options) -> nn.Module:
+    """``candidate(*sizes, **options)``: the learner's class, built as its skeleton says, with a
+    message of its own for an instance passed in and for a class that is not an ``nn.Module``."""
     __tracebackhide__ = True  # noqa: F841
     name = getattr(candidate, "__name__", type(candidate).__name__)
     if isinstance(candidate, nn.Module):
@@ -359,7 +359,7 @@ def build_module(candidate, case: Case, sizes: Sequence) -> nn.Module:
             f"Pass the class itself, not an instance of {name}: the checker builds its own, with "
             "several sizes."
         )
-    module = call_candidate(candidate, case.name, *sizes)
+    module = call_candidate(candidate, case.name, *sizes, **options)
     if not isinstance(module, nn.Module):
         raise ExerciseFailure(
             f"Case {case.name!r}: {name}(...) gave a {type(module).__name__}, not an nn.Module.\n"

@@ -8,8 +8,8 @@ reference once with a ``flaw`` argument handed down to :func:`attention`, and
 :func:`mistakes` turns it into the classic wrong answers with their explanations.
 
 The other families are the same idea for their steps: the heads' split and merge
-(:data:`HEADS`), causal masks (:data:`CAUSAL`), LayerNorm (:data:`NORM`), state kept between
-sequences (:data:`STATE`).
+(:data:`HEADS`), causal masks (:data:`CAUSAL`), LayerNorm (:data:`NORM`), a sub-layer's residual
+and LayerNorm, post-LN or pre-LN (:data:`RESIDUAL`), state kept between sequences (:data:`STATE`).
 
 Every explanation names the cause and where to look, in the lesson's words (Q Kᵀ, d_k, the
 keys' axis), never the corrected line of code.
@@ -33,11 +33,15 @@ __all__ = [
     "HEADS",
     "NORM",
     "STATE",
+    "RESIDUAL",
+    "POST_LN",
+    "PRE_LN",
     "attention",
     "causal",
     "split_heads",
     "merge_heads",
     "layer_norm",
+    "residual",
     "mistakes",
     "flawed",
 ]
@@ -152,7 +156,32 @@ STATE = {
 }
 """Flaws of something that keeps a state from call to call (a KV cache)."""
 
-_FLAWS = {**ATTENTION, **MASK, **FLOAT_MASK, **CAUSAL, **HEADS, **NORM, **STATE}
+RESIDUAL = {
+    "pre-LN": "that is pre-LN, x + Sublayer(LayerNorm(x)); post-LN (the paper's add & norm) adds "
+    "first and normalises the sum: LayerNorm(x + Sublayer(x)).",
+    "post-LN": "that is post-LN, LayerNorm(x + Sublayer(x)); pre-LN normalises only the "
+    "sub-layer's input and adds back the untouched x: x + Sublayer(LayerNorm(x)).",
+    "no residual": "the residual is missing: the sub-layer's input x is added back to its output.",
+    "no norm": "the LayerNorm is missing.",
+    "norm on the sub-layer's output": "the sub-layer's output is normalised and then added to x; "
+    "post-LN normalises the sum, pre-LN the sub-layer's input.",
+    "residual from the norm": "the residual path carries LayerNorm(x), not x: pre-LN normalises "
+    "only what goes into the sub-layer, and adds back the untouched x.",
+    "norm on the sum too": "the sum is normalised too; pre-LN normalises only the sub-layer's "
+    "input (a pre-LN model has one final LayerNorm after its last layer, not one per sub-layer).",
+    "norm twice": "the LayerNorm is applied twice; once is enough, on the sum.",
+    "sub-layer twice": "the sub-layer runs twice, the second time on its own output; it runs once, "
+    "on x.",
+    "norm of x alone": "x alone is normalised, then added; the norm goes around the sum, "
+    "LayerNorm(x + Sublayer(x)).",
+}
+"""Flaws of a sub-layer wrapped with its residual and LayerNorm."""
+POST_LN = ["pre-LN", "no residual", "norm on the sub-layer's output", "norm twice"]
+POST_LN += ["sub-layer twice", "norm of x alone", "no norm"]  # what a post-LN one can have
+PRE_LN = ["post-LN", "residual from the norm", "no residual", "norm on the sum too"]
+PRE_LN += ["norm on the sub-layer's output", "no norm"]  # what a pre-LN one can have
+
+_FLAWS = {**ATTENTION, **MASK, **FLOAT_MASK, **CAUSAL, **HEADS, **NORM, **STATE, **RESIDUAL}
 
 
 def mistakes(run: Callable[[str], Callable], flaws: Iterable[str], **texts: str) -> list[Mistake]:
@@ -274,3 +303,22 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, flaw: str = ""):
     if flaw == "no weight and bias" or weight is None:
         return normed
     return normed * weight + bias
+
+
+def residual(x, sublayer, norm, norm_first: bool = False, flaw: str = ""):
+    """Post-LN, LayerNorm(x + Sublayer(x)), or with ``norm_first`` pre-LN, x + Sublayer(LayerNorm(x))
+    (or with a flaw of :data:`RESIDUAL`)."""
+    f, n = sublayer, norm
+    forms = {
+        "post-LN": lambda: n(x + f(x)),
+        "pre-LN": lambda: x + f(n(x)),
+        "no residual": lambda: f(n(x)) if norm_first else n(f(x)),
+        "no norm": lambda: x + f(x),
+        "norm on the sub-layer's output": lambda: x + n(f(x)),
+        "residual from the norm": lambda: (lambda h: h + f(h))(n(x)),
+        "norm on the sum too": lambda: n(x + f(n(x))),
+        "norm twice": lambda: n(n(x + f(x))),
+        "sub-layer twice": lambda: (lambda h: n(h + f(h)))(f(x)),
+        "norm of x alone": lambda: n(x) + f(x),
+    }
+    return forms[flaw or ("pre-LN" if norm_first else "post-LN")]()
