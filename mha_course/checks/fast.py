@@ -7,12 +7,12 @@ import inspect
 import math
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from .. import reference
 from ._core import Mistake, call_candidate, checker, compare, require_shape
 from ._failure import ExerciseFailure
 from ._steps import seeded_randn
+from ._table import builds
 from .attention import ATTENTION_ROUTINES
 
 __all__ = ["check_attention_in_blocks"]
@@ -312,30 +312,6 @@ def _accepts(candidate, name: str) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == name or p.kind is p.VAR_KEYWORD for p in parameters)
-
-
-class _Shapes(TorchFunctionMode):
-    """Records the shape of every tensor that a torch function or tensor method returns."""
-
-    def __init__(self):
-        super().__init__()
-        self.shapes: list[tuple[int, ...]] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.shapes.append(tuple(t.shape))
-        return out
-
-
-def builds(
-    candidate, case: str, args, last_two: tuple[int, int], crash_hint: str, **kwargs
-) -> bool:
-    """Whether ``candidate(*args, **kwargs)`` makes a tensor whose last two dims are ``last_two``."""
-    with _Shapes() as seen:
-        call_candidate(candidate, case, *args, crash_hint=crash_hint, **kwargs)
-    return any(shape[-2:] == last_two for shape in seen.shapes)
 
 
 _OVERFLOW = (

@@ -11,8 +11,8 @@ from .. import masks, modern, reference
 from ._core import Mistake, call_candidate, checker, compare, require_shape
 from ._failure import ExerciseFailure
 from ._steps import seeded_randn
+from ._table import builds
 from .attention import ATTENTION_ROUTINES, _in_order, _mistakes, call_attention
-from .fast import builds
 
 __all__ = ["check_grouped_query_attention", "check_sliding_window_attention"]
 
