@@ -119,7 +119,9 @@ def mistakes(run: Callable[[str], Callable], flaws: Iterable[str], **texts: str)
     """The classic mistakes of an exercise: ``run(flaw)`` is its reference with ``flaw`` switched
     on (same call as the answer); the explanations are the family's, or ``texts[flaw]`` where
     the exercise words it better (keys with spaces: pass a dict with ``**``)."""
-    return [Mistake(flaw, run(flaw), texts.get(flaw, _FLAWS[flaw])) for flaw in flaws]
+    return [
+        Mistake(flaw, run(flaw), texts[flaw] if flaw in texts else _FLAWS[flaw]) for flaw in flaws
+    ]
 
 
 # ---------------------------------------------------------------- the computations, with flaws
