@@ -41,7 +41,6 @@ __all__ = [
     "EncoderModel",
     "train_step",
     "load_layer",
-    "attention_in_blocks",
     "attention_scores",
     "padding_mask",
     "causal_mask",
@@ -57,9 +56,6 @@ __all__ = [
     "mean_pool",
     "embed_sentences",
     "head_ablation",
-    "attention_flops",
-    "scores_memory",
-    "attention_cost",
     "may_attend_mask",
     "SelfAttention",
     "DecoderBlock",
@@ -277,35 +273,6 @@ def load_layer(layer, weights, i):
     _load_layer(layer, weights, i)
 
 
-def attention_in_blocks(q, k, v, block_size, is_causal=False, return_lse=False):
-    """Lesson 06: softmax(q kᵀ / √d_k) v, reading the keys ``block_size`` at a time with the online
-    softmax (a running max m, a running sum ℓ of exp(s - m), an unnormalised output o, rescaled
-    whenever m rises). q (..., L, D), k (..., S, D), v (..., S, Dv) -> (..., L, Dv); the largest
-    scores tensor it holds is (..., L, block_size). ``is_causal``: query i attends to keys 0..i
-    (torch's convention), each block masked from the positions, no (L, S) mask. ``return_lse``:
-    also the log-sum-exp of each query's scores, (..., L). Written here only: the package's
-    attention calls the fused kernels that do this (``torch.nn.functional.scaled_dot_product_attention``)."""
-    m = q.new_full(q.shape[:-1] + (1,), -math.inf)  # running max of each query's scores
-    sum_exp = q.new_zeros(q.shape[:-1] + (1,))  # ℓ: running sum of exp(s - m)
-    o = q.new_zeros(q.shape[:-1] + v.shape[-1:])  # running sum of exp(s - m) · v
-    query_position = torch.arange(q.size(-2), device=q.device)[:, None]  # (L, 1)
-    for j in range(0, k.size(-2), block_size):
-        s = q @ k[..., j : j + block_size, :].transpose(-2, -1) / math.sqrt(q.size(-1))
-        if is_causal:
-            key_position = torch.arange(j, j + s.size(-1), device=q.device)  # (block,)
-            s = s.masked_fill(key_position > query_position, -math.inf)
-        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-        rescale = torch.exp(m - m_new)
-        p = torch.exp(s - m_new)
-        sum_exp = sum_exp * rescale + p.sum(dim=-1, keepdim=True)
-        o = o * rescale + p @ v[..., j : j + block_size, :]
-        m = m_new
-    out = o / sum_exp
-    if return_lse:
-        return out, (m + sum_exp.log()).squeeze(-1)
-    return out
-
-
 # ---------------------------------------------------------------- the small steps, lesson by lesson
 # Each step of the lessons' longer exercises, on its own: what a learner writes before putting the
 # pieces together.
@@ -465,37 +432,6 @@ def head_ablation(model, score):
     from .pretrained import head_ablation as _head_ablation
 
     return _head_ablation(model, score)
-
-
-# Lesson 06: what attention costs.
-
-
-def attention_flops(B: int, H: int, L: int, S: int, D: int) -> int:
-    """FLOPs of Q Kᵀ and weights @ V, a multiply-add counting 2: 2·B·H·L·S·D each. The scale
-    and the softmax, O(B·H·L·S), are left out."""
-    return 4 * B * H * L * S * D
-
-
-def scores_memory(B: int, H: int, L: int, S: int, dtype: torch.dtype) -> int:
-    """Bytes of one (B, H, L, S) tensor of ``dtype``."""
-    return B * H * L * S * dtype.itemsize
-
-
-def attention_cost(B: int, H: int, L: int, S: int, D: int, dtype: torch.dtype) -> dict[str, int]:
-    """What softmax(Q Kᵀ/√d_k) V costs for B sequences, H heads, L queries, S keys, head size D:
-    ``{"flops", "score_bytes", "unfused_bytes", "fused_bytes"}``, all ints. ``flops``: the two
-    matmuls (:func:`attention_flops`); ``score_bytes``: one (B, H, L, S) tensor
-    (:func:`scores_memory`); ``fused_bytes``: q, k, v read and the output written once;
-    ``unfused_bytes``: that, plus four passes over a (B, H, L, S) tensor (the scores written, read
-    by the softmax, the weights written, read by weights @ V)."""
-    score_bytes = scores_memory(B, H, L, S, dtype)
-    fused_bytes = 2 * B * H * (L + S) * D * dtype.itemsize
-    return {
-        "flops": attention_flops(B, H, L, S, D),
-        "score_bytes": score_bytes,
-        "unfused_bytes": fused_bytes + 4 * score_bytes,
-        "fused_bytes": fused_bytes,
-    }
 
 
 # Lesson 07: the decoder.

@@ -15,7 +15,7 @@ from importlib import import_module
 from ._failure import ExerciseFailure, NotDoneYet
 from ._registry import REGISTRY, Exercise, register
 
-LESSON_MODULES = ("l00_warmups",)
+LESSON_MODULES = ("l00_warmups", "l06_fast")
 """The checker modules, in lesson order (the order the registry lists the exercises in)."""
 
 for _module in LESSON_MODULES:
@@ -29,7 +29,6 @@ from .attention import (  # noqa: E402
     check_scaled_dot_product_attention,
     check_self_attention,
 )
-from .costs import check_attention_cost, check_attention_flops, check_scores_memory  # noqa: E402
 from .cross_attention import check_decoder_layer  # noqa: E402
 from .decoder import check_char_lm, check_decoder_block  # noqa: E402
 from .encoder import check_encoder_layer  # noqa: E402
@@ -40,7 +39,6 @@ from .encoder_outputs import (  # noqa: E402
     check_previous_token_score,
 )
 from .encoder_parts import check_encoder_stack, check_feed_forward  # noqa: E402
-from .fast import check_attention_in_blocks  # noqa: E402
 from .gradients import check_gradient_norms  # noqa: E402
 from .head_jobs import check_job_scores  # noqa: E402
 from .heads import check_merge_heads, check_split_heads  # noqa: E402
@@ -73,7 +71,6 @@ _POINTS = {
     "LayerNorm": 2,
     "EncoderLayer": 3,
     "load_layer": 2,
-    "attention_in_blocks": 3,
     "ResidualBlock": 2,
     "EncoderModel": 2,
     "CharLM": 2,
@@ -99,8 +96,6 @@ _NOT_CONVERTED = [
     ("05", check_load_layer),
     ("05", check_embed_sentences),
     ("05", check_head_ablation),
-    ("06", check_attention_cost),
-    ("06", check_attention_in_blocks),
     ("07", check_decoder_block),
     ("07", check_char_lm),
     ("07", check_sample_next),
