@@ -23,7 +23,7 @@ For each case, :func:`run`
    classic mistake that gives the same values, else by ``Out.cause``, else ``Out.fallback``.
 
 A hint (``crash``, ``shape_hint``, ``cause``, ``fallback``) is a text or a function
-``hint(got, case) -> text or None``; every text names the cause and where to look, never the
+``hint(got, case) -> text or None`` (for ``crash``, ``got`` is the error raised); every text names the cause and where to look, never the
 corrected line of code (tests/test_checker_messages.py holds every message to that).
 """
 
@@ -339,15 +339,20 @@ def _crash_cause(error: BaseException, mistakes: Sequence[Mistake], case: Case) 
 
 def call_diagnosed(candidate: Callable, case: Case, mistakes: Sequence[Mistake] = (), crash=""):
     """``candidate(*args, **kwargs)`` on copies of the case's inputs; a crash names the classic
-    mistake that crashes the same way, else ``crash``."""
+    mistake that crashes the same way, else ``crash`` (a text, or ``crash(error, case)``: the
+    likely cause of that error, or None)."""
     __tracebackhide__ = True  # noqa: F841
     kwargs = {k: _clone(v) for k, v in case.kwargs.items()}
     try:
-        hint = crash(None, case) if callable(crash) else crash
+        hint = "" if callable(crash) else crash
         return call_candidate(candidate, case.name, *_clones(case.args), crash_hint=hint, **kwargs)
     except ExerciseFailure as failure:
         error = failure.raised
-        cause = _crash_cause(error, mistakes, case) if error is not None else None
+        if error is None:
+            raise
+        cause = _crash_cause(error, mistakes, case) or (
+            crash(error, case) if callable(crash) else None
+        )
         if cause is None:
             raise
         raise failure.with_cause(cause) from error
