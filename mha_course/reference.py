@@ -40,7 +40,6 @@ __all__ = [
     "EncoderLayer",
     "EncoderModel",
     "train_step",
-    "load_layer",
     "attention_scores",
     "padding_mask",
     "causal_mask",
@@ -52,10 +51,6 @@ __all__ = [
     "gradient_norms",
     "FeedForward",
     "EncoderStack",
-    "previous_token_score",
-    "mean_pool",
-    "embed_sentences",
-    "head_ablation",
     "may_attend_mask",
     "SelfAttention",
     "DecoderBlock",
@@ -263,16 +258,6 @@ def train_step(model, optimizer, tokens, targets, padding, max_norm=1.0):
     return loss.detach()
 
 
-def load_layer(layer, weights, i):
-    """Lesson 05: copy layer ``i`` of the MiniLM checkpoint ``weights`` into ``layer`` (packed
-    ``self_attn.in_proj_weight`` or separate ``q_proj``/``k_proj``/``v_proj``)."""
-    from .pretrained import (
-        load_layer as _load_layer,  # imported here: loading a model is lesson 05's business
-    )
-
-    _load_layer(layer, weights, i)
-
-
 # ---------------------------------------------------------------- the small steps, lesson by lesson
 # Each step of the lessons' longer exercises, on its own: what a learner writes before putting the
 # pieces together.
@@ -400,38 +385,6 @@ class EncoderStack(torch.nn.Module):
         for layer in self.layers:
             x = layer(x, attn_mask=attn_mask)
         return x
-
-
-# Lesson 05: reading a pretrained encoder's outputs.
-
-
-def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
-    """weights (..., L, L), rows = queries -> (...): the mean of weights[..., i, i - 1] over the
-    queries that have a previous token, i = 1 … L-1 (the diagonal just below the main one)."""
-    return torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1).mean(dim=-1)
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """hidden (B, L, E), attention_mask (B, L) of 1/0 -> (B, E): the mean of the real tokens."""
-    from .pretrained import mean_pool as _mean_pool  # lesson 05's module, imported when used
-
-    return _mean_pool(hidden, attention_mask)
-
-
-def embed_sentences(model, sentences):
-    """Lesson 05: sentences -> (N, E) embeddings, each the mean of its real tokens' last hidden
-    states (padding left out), normalised to length 1."""
-    from .pretrained import embed_sentences as _embed_sentences
-
-    return _embed_sentences(model, sentences)
-
-
-def head_ablation(model, score):
-    """Lesson 05: (layers, H), how much ``score(model)`` drops when each head alone is switched
-    off (its columns of W^O zeroed); the model is left as it was."""
-    from .pretrained import head_ablation as _head_ablation
-
-    return _head_ablation(model, score)
 
 
 # Lesson 07: the decoder.

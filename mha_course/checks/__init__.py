@@ -15,7 +15,7 @@ from importlib import import_module
 from ._failure import ExerciseFailure, NotDoneYet
 from ._registry import REGISTRY, Exercise, register
 
-LESSON_MODULES = ("l00_warmups", "l06_fast")
+LESSON_MODULES = ("l00_warmups", "l05_weights", "l05_outputs", "l06_fast")
 """The checker modules, in lesson order (the order the registry lists the exercises in)."""
 
 for _module in LESSON_MODULES:
@@ -24,7 +24,6 @@ for _module in LESSON_MODULES:
 # ---------------------------------------------------------------- not yet in a lesson module
 # ruff: noqa: F401
 from .. import reference as _reference  # noqa: E402
-from .ablation import check_head_ablation  # noqa: E402
 from .attention import (  # noqa: E402
     check_scaled_dot_product_attention,
     check_self_attention,
@@ -33,11 +32,6 @@ from .cross_attention import check_decoder_layer  # noqa: E402
 from .decoder import check_char_lm, check_decoder_block  # noqa: E402
 from .encoder import check_encoder_layer  # noqa: E402
 from .encoder_model import check_encoder_model  # noqa: E402
-from .encoder_outputs import (  # noqa: E402
-    check_embed_sentences,
-    check_mean_pool,
-    check_previous_token_score,
-)
 from .encoder_parts import check_encoder_stack, check_feed_forward  # noqa: E402
 from .gradients import check_gradient_norms  # noqa: E402
 from .head_jobs import check_job_scores  # noqa: E402
@@ -49,7 +43,6 @@ from .modern_attention import (  # noqa: E402
     check_sliding_window_attention,
 )
 from .multihead import check_load_torch_weights, check_multi_head_attention  # noqa: E402
-from .pretrained import check_load_layer  # noqa: E402
 from .relative_positions import check_alibi_bias, check_rope_attention, check_rotary  # noqa: E402
 from .sampling import check_sample_next  # noqa: E402
 from .scores_and_masks import (  # noqa: E402
@@ -70,7 +63,6 @@ _POINTS = {
     "MultiHeadAttention": 3,
     "LayerNorm": 2,
     "EncoderLayer": 3,
-    "load_layer": 2,
     "ResidualBlock": 2,
     "EncoderModel": 2,
     "CharLM": 2,
@@ -93,9 +85,6 @@ _NOT_CONVERTED = [
     ("04", check_encoder_layer),
     ("04", check_encoder_model),
     ("04", check_train_step),
-    ("05", check_load_layer),
-    ("05", check_embed_sentences),
-    ("05", check_head_ablation),
     ("07", check_decoder_block),
     ("07", check_char_lm),
     ("07", check_sample_next),
@@ -114,6 +103,5 @@ for _lesson, _check in _NOT_CONVERTED:
 REGISTRY.sort(key=lambda e: e.lesson)  # stable: within a lesson, the order of declaration
 
 globals().update({e.check.__name__: e.check for e in REGISTRY})
-check_weight_map = check_load_layer  # the exercise is "write the weight-loading map"
-__all__ = ["ExerciseFailure", "NotDoneYet", "check_weight_map"]
+__all__ = ["ExerciseFailure", "NotDoneYet"]
 __all__ += [e.check.__name__ for e in REGISTRY]
