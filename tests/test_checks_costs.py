@@ -1,6 +1,6 @@
-"""The lesson-06 checkers of attention's costs (the cost model, and the two one-line counts it
-replaced in the lesson, which stay importable) accept every correct style and name the classic
-mistakes."""
+"""The lesson-06 checker of attention's cost model accepts every correct style and names the
+classic mistakes, those of its steps (the FLOPs of the two matmuls, the bytes of one scores
+tensor) included."""
 
 import math
 
@@ -8,119 +8,10 @@ import pytest
 import torch
 
 from mha_course import reference
-from mha_course.checks import check_attention_cost, check_attention_flops, check_scores_memory
-from mha_course.checks.costs import _COST_CASES, _COST_MISTAKES
+from mha_course.checks import check_attention_cost
 from mha_course.exercises import EXERCISES
 
 from checker_helpers import fails_with, not_done, passes, skeleton
-
-# ---------------------------------------------------------------- attention_flops
-
-
-def flops_in_steps(B, H, L, S, D):
-    scores = 2 * B * H * L * S * D  # Q Kᵀ: L·S dot products of length D, per head
-    mix = 2 * B * H * L * S * D  # weights @ V: L·D sums of S products, per head
-    return scores + mix
-
-
-@pytest.mark.parametrize(
-    "candidate", [reference.attention_flops, flops_in_steps, lambda *sizes: 4 * math.prod(sizes)]
-)
-def test_attention_flops_accepts_correct_answers(candidate, capsys):
-    passes(check_attention_flops, candidate, capsys)
-
-
-@pytest.mark.parametrize(
-    "candidate, phrase",
-    [
-        (lambda B, H, L, S, D: 2 * B * H * L * S * D, "one of the two matmuls"),
-        (lambda B, H, L, S, D: B * H * L * S * D, "a multiply-add is 2 FLOPs"),
-        (lambda B, H, L, S, D: 4 * B * L * S * D, "the heads are missing"),
-        (lambda B, H, L, S, D: 4 * B * H * L * L * D, "you used L·L"),
-        (lambda B, H, L, S, D: 4 * B * H * S * S * D, "you used S·S"),
-        (lambda B, H, L, S, D: 4 * B * H * L * S * D + 5 * B * H * L * S, "the softmax"),
-        (lambda B, H, L, S, D: 3 * B * H * L * S * D, "each matmul is 2·B·H·L·S·D"),
-    ],
-)
-def test_attention_flops_names_each_mistake(candidate, phrase):
-    fails_with(check_attention_flops, candidate, "Likely cause", phrase)
-
-
-def test_attention_flops_wrong_types(capsys):
-    fails_with(
-        check_attention_flops,
-        lambda B, H, L, S, D: 4.0 * B * H * L * S * D,
-        "should be an int, got the float",
-        "(the number is right)",
-    )
-    fails_with(
-        check_attention_flops,
-        lambda B, H, L, S, D: torch.tensor(4 * B * H * L * S * D),
-        "should be a Python int, got a tensor",
-    )
-    fails_with(check_attention_flops, lambda *sizes: str(4 * math.prod(sizes)), "got str")
-    not_done(check_attention_flops, skeleton, capsys)
-
-
-def test_attention_flops_shows_both_numbers():
-    message = fails_with(check_attention_flops, lambda B, H, L, S, D: 2 * B * H * L * S * D)
-    assert "expected 1,572,864" in message and "got      786,432 (0.5 × the reference)" in message
-
-
-# ---------------------------------------------------------------- scores_memory
-
-
-@pytest.mark.parametrize(
-    "candidate",
-    [
-        reference.scores_memory,
-        lambda B, H, L, S, dtype: B * H * L * S * torch.finfo(dtype).bits // 8,
-        lambda B, H, L, S, dtype: B * H * L * S * torch.empty((), dtype=dtype).element_size(),
-        lambda B, H, L, S, dtype: torch.empty(B, H, L, S, dtype=dtype, device="meta").nbytes,
-    ],
-)
-def test_scores_memory_accepts_every_correct_style(candidate, capsys):
-    passes(check_scores_memory, candidate, capsys)
-
-
-@pytest.mark.parametrize(
-    "candidate, phrase",
-    [
-        (lambda B, H, L, S, dtype: B * H * L * S * torch.finfo(dtype).bits, "you counted bits"),
-        (lambda B, H, L, S, dtype: B * H * L * S * 4, "4 bytes per number whatever the dtype"),
-        (lambda B, H, L, S, dtype: B * H * L * S, "the number of elements"),
-        (lambda B, H, L, S, dtype: B * L * S * dtype.itemsize, "the heads are missing"),
-        (lambda B, H, L, S, dtype: B * H * L * L * dtype.itemsize, "you used L·L"),
-        (lambda B, H, L, S, dtype: B * H * S * S * dtype.itemsize, "you used S·S"),
-    ],
-)
-def test_scores_memory_names_each_mistake(candidate, phrase):
-    fails_with(check_scores_memory, candidate, "Likely cause", phrase)
-
-
-def test_scores_memory_wrong_types(capsys):
-    fails_with(
-        check_scores_memory,
-        lambda B, H, L, S, dtype: B * H * L * S * torch.finfo(dtype).bits / 8,
-        "got the float",
-        "use * and //",
-    )
-    fails_with(
-        check_scores_memory,
-        lambda B, H, L, S, dtype: B * H * L * S * dtype.size,
-        "AttributeError",
-        "dtype.itemsize",
-    )
-    not_done(check_scores_memory, skeleton, capsys)
-
-
-def test_the_one_line_counts_are_no_longer_exercises_but_their_checkers_still_work(capsys):
-    names = {e.name for e in EXERCISES}
-    assert "attention_cost" in names
-    assert not names & {"attention_flops", "scores_memory"}
-    passes(check_attention_flops, reference.attention_flops, capsys)
-    passes(check_scores_memory, reference.scores_memory, capsys)
-
 
 # ---------------------------------------------------------------- attention_cost
 
@@ -187,14 +78,17 @@ WRONG_COSTS = [
     ("flops", lambda B, H, L, S, D, dt: 4 * B * L * S * D, "the heads are missing"),
     ("flops", lambda B, H, L, S, D, dt: 4 * B * H * L * L * D, "you used L·L"),
     ("flops", lambda B, H, L, S, D, dt: 4 * B * H * S * S * D, "you used S·S"),
+    ("flops", lambda B, H, L, S, D, dt: 4 * B * H * L * S * D + 5 * B * H * L * S, "the softmax"),
+    ("flops", lambda B, H, L, S, D, dt: 3 * B * H * L * S * D, "each matmul is 2·B·H·L·S·D"),
     ("score_bytes", lambda B, H, L, S, D, dt: B * H * L * S * dt.itemsize * 8, "you counted bits"),
     ("score_bytes", lambda B, H, L, S, D, dt: B * H * L * S * 4, "4 bytes per number"),
-    ("score_bytes", lambda B, H, L, S, D, dt: B * H * L * S, "the number of elements"),
+    ("score_bytes", lambda B, H, L, S, D, dt: B * H * L * S, "numbers, not bytes"),
     ("score_bytes", lambda B, H, L, S, D, dt: B * L * S * dt.itemsize, "the heads are missing"),
     ("score_bytes", lambda B, H, L, S, D, dt: B * H * L * L * dt.itemsize, "you used L·L"),
+    ("score_bytes", lambda B, H, L, S, D, dt: B * H * S * S * dt.itemsize, "you used S·S"),
     ("fused_bytes", lambda *a: traffic(*a, out=0), "but not what it writes"),
     ("fused_bytes", lambda *a: traffic(*a, kv_length=a[2]), "k and v hold S keys"),
-    ("fused_bytes", lambda *a: traffic(*a) // a[-1].itemsize, "the number of elements moved"),
+    ("fused_bytes", lambda *a: traffic(*a) // a[-1].itemsize, "numbers, not bytes"),
     ("fused_bytes", lambda *a: traffic(*a, score_passes=1), "Its tiles of scores"),
     ("fused_bytes", lambda *a: traffic(*a, score_passes=4), "that is the unfused version"),
     ("fused_bytes", lambda B, H, *a: traffic(B, 1, *a), "the heads are missing"),
@@ -204,7 +98,7 @@ WRONG_COSTS = [
     ("unfused_bytes", lambda *a: traffic(*a, score_passes=3), "there are four"),
     ("unfused_bytes", lambda *a: traffic(*a, score_passes=6), "the scale as an operation"),
     ("unfused_bytes", lambda *a: traffic(*a), "your unfused count is the fused one"),
-    ("unfused_bytes", lambda *a: traffic(*a, score_passes=4) // a[-1].itemsize, "elements moved"),
+    ("unfused_bytes", lambda *a: traffic(*a, score_passes=4) // a[-1].itemsize, "not bytes"),
     ("unfused_bytes", lambda *a: traffic(*a, kv_length=a[2], score_passes=4), "k and v hold S"),
 ]
 
@@ -219,17 +113,25 @@ def test_attention_cost_names_each_mistake(key, count, phrase):
 
 def test_every_diagnosed_cost_mistake_has_a_test():
     tested = {(key, phrase) for key, _, phrase in WRONG_COSTS}
-    for key, mistakes in _COST_MISTAKES.items():
-        for mistake in mistakes:
-            assert any(k == key and p in mistake.explanation for k, p in tested), mistake.name
+    for mistake in check_attention_cost.table.mistakes:
+        key = mistake.name.split(":")[0]
+        assert any(k == key and p in mistake.explanation for k, p in tested), mistake.name
 
 
 def test_the_first_cost_case_tells_every_mistake_apart():
-    _, *args = _COST_CASES[0]
-    expected = reference.attention_cost(*args)
-    for key, mistakes in _COST_MISTAKES.items():
-        counts = [m.run(*args) for m in mistakes]
-        assert len(set(counts)) == len(counts) and expected[key] not in counts, key
+    table = check_attention_cost.table
+    first = next(iter(table.cases()))
+    expected = reference.attention_cost(*first.args)
+    for key in expected:
+        wrong = [m.run(*first.args) for m in table.mistakes]
+        counts = [w[key] for w in wrong if w[key] != expected[key]]
+        assert counts and len(set(counts)) == len(counts), key
+        assert all(w == expected | {key: w[key]} for w in wrong if w[key] != expected[key]), key
+
+
+def test_attention_cost_shows_both_numbers():
+    message = fails_with(check_attention_cost, with_entry("flops", lambda *a: 4620))
+    assert "expected 9,240" in message and "got      4,620 (0.5 × the reference)" in message
 
 
 def test_attention_cost_wrong_types_and_keys(capsys):
@@ -247,8 +149,8 @@ def test_attention_cost_wrong_types_and_keys(capsys):
     fails_with(
         check_attention_cost,
         with_entry("score_bytes", lambda B, H, L, S, D, dt: B * H * L * S * dt.itemsize / 1),
-        '"score_bytes"\': your result should be an int',
-        "should be an int, got the float",
+        'the bytes ("score_bytes") should be an int, got the float',
+        "(the number is right)",
     )
     fails_with(
         check_attention_cost,
@@ -257,11 +159,22 @@ def test_attention_cost_wrong_types_and_keys(capsys):
     )
     fails_with(
         check_attention_cost,
+        with_entry("flops", lambda *a: str(reference.attention_cost(*a)["flops"])),
+        "should be an int, got str",
+    )
+    fails_with(
+        check_attention_cost,
         with_entry("score_bytes", lambda B, H, L, S, D, dt: B * H * L * S * dt.size),
         "AttributeError",
         "dtype.itemsize",
     )
     not_done(check_attention_cost, skeleton, capsys)
+
+
+def test_attention_cost_is_the_lessons_exercise_and_its_steps_are_not():
+    names = {e.name for e in EXERCISES}
+    assert "attention_cost" in names
+    assert not names & {"attention_flops", "scores_memory"}
 
 
 def test_attention_cost_matches_the_docstring_example():

@@ -9,6 +9,7 @@ import torch
 
 from mha_course import reference
 from mha_course.checks import check_attention_in_blocks
+from mha_course.checks.l06_fast import attention_in_blocks
 from mha_course.exercises import by_name, yours_or_reference
 
 import checker_helpers as shared
@@ -240,18 +241,18 @@ def test_names_each_classic_mistake(candidate, phrase):
 
 
 FLAG_MISTAKES = [  # (the mistake, the case it fails, a phrase of its likely cause)
-    ({"causal": "ignored"}, "is_causal=True", "is_causal=True is ignored"),
-    ({"causal": "block positions"}, "is_causal=True", "the block's start j plus its index"),
-    ({"causal": "inverted"}, "is_causal=True", "the causal mask is inverted"),
-    ({"causal": "inverted, diagonal"}, "is_causal=True", "the causal mask is inverted"),
-    ({"causal": "diagonal"}, "is_causal=True", "the diagonal is masked too"),
-    ({"causal": "zero"}, "is_causal=True", "the masked scores were set to 0"),
-    ({"causal": "after exp"}, "is_causal=True", "the mask was applied after the exp"),
-    ({"causal": "full mask"}, "is_causal=True", "the whole (L, S) causal mask is built"),
-    ({"lse": "log of the sum"}, "return_lse=True", "your log-sum-exp is log ℓ alone"),
-    ({"lse": "max"}, "return_lse=True", "your log-sum-exp is the running max m alone"),
-    ({"lse": "no log"}, "return_lse=True", "your log-sum-exp is m + ℓ"),
-    ({"lse": "keepdim"}, "return_lse=True", "without the trailing axis of size 1"),
+    ({"causal": "ignored"}, "is_causal on", "the causal flag is ignored"),
+    ({"causal": "block positions"}, "is_causal on", "the block's start j plus its index"),
+    ({"causal": "inverted"}, "is_causal on", "your causal mask keeps the future"),
+    ({"causal": "inverted, diagonal"}, "is_causal on", "the causal mask is inverted"),
+    ({"causal": "diagonal"}, "is_causal on", "leaves out the diagonal"),
+    ({"causal": "zero"}, "is_causal on", "the blocked scores were set to 0"),
+    ({"causal": "after exp"}, "is_causal on", "the mask was applied after the exp"),
+    ({"causal": "full mask"}, "is_causal on", "the whole (L, S) causal mask is built"),
+    ({"lse": "log of the sum"}, "return_lse on", "your log-sum-exp is log ℓ alone"),
+    ({"lse": "max"}, "return_lse on", "your log-sum-exp is the running max m alone"),
+    ({"lse": "no log"}, "return_lse on", "your log-sum-exp is m + ℓ"),
+    ({"lse": "keepdim"}, "return_lse on", "without the trailing axis of size 1"),
 ]
 
 
@@ -265,7 +266,7 @@ def test_names_each_mistake_of_the_flags(mistake, case, phrase):
 
 def test_masking_after_the_exp_passes_ordinary_scores_and_fails_where_later_keys_are_huge():
     message = fails_with(mistaken(causal="after exp"), "NaN")
-    assert "Case 'is_causal=True, the later keys score up to 1000" in message
+    assert "Case 'is_causal on, the later keys score up to 1000" in message
 
 
 def test_the_pair_only_when_asked_for():
@@ -275,8 +276,8 @@ def test_the_pair_only_when_asked_for():
     def never_a_pair(q, k, v, block_size, is_causal=False, return_lse=False):
         return reference_pair(q, k, v, block_size, is_causal)[0]
 
-    fails_with(always_a_pair, "your result is a tuple", "only when return_lse=True")
-    fails_with(never_a_pair, "with return_lse=True your result is a tensor", "pair")
+    fails_with(always_a_pair, "your result is a tuple", "only when return_lse is True")
+    fails_with(never_a_pair, "Case 'return_lse on", "should be a pair (output, lse); got Tensor")
 
 
 def reference_pair(q, k, v, block_size, is_causal):
@@ -316,7 +317,7 @@ def test_a_crash_names_the_case_and_says_where_to_look():
         return q @ k  # forgot the transpose
 
     fails_with(
-        crashes, "Case 'one head", "RuntimeError", "Likely cause", "k[..., j:j + block_size, :]"
+        crashes, "Case 'one head", "RuntimeError", "Likely cause", "its scores are (..., L, block)"
     )
 
 
@@ -327,7 +328,8 @@ def test_wrong_shape_is_reported():
 def test_registered_for_lesson_06_and_used_until_the_learner_passes(capsys):
     exercise = by_name("attention_in_blocks")
     assert exercise.lesson == "06" and exercise.check is check_attention_in_blocks
-    assert exercise.reference is reference.attention_in_blocks
+    assert exercise.reference is reference.attention_in_blocks is attention_in_blocks
+    assert exercise.points == 3
 
     def skeleton(q, k, v, block_size):
         raise NotImplementedError

@@ -23,7 +23,7 @@ For each case, :func:`run`
    classic mistake that gives the same values, else by ``Out.cause``, else ``Out.fallback``.
 
 A hint (``crash``, ``shape_hint``, ``cause``, ``fallback``) is a text or a function
-``hint(got, case) -> text or None``; every text names the cause and where to look, never the
+``hint(got, case) -> text or None`` (for ``crash``, ``got`` is the error raised); every text names the cause and where to look, never the
 corrected line of code (tests/test_checker_messages.py holds every message to that).
 """
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from .._validate import shape_str
 from ._core import Mistake, _close, call_candidate, compare, count, your
@@ -55,6 +56,7 @@ __all__ = [
     "copy_weight_and_bias",
     "seeded_randn",
     "reverse_axes",
+    "builds",
 ]
 
 Hint = str | Callable[..., str | None] | None
@@ -76,7 +78,8 @@ class Case:
 @dataclass(frozen=True)
 class Out:
     """One compared part of a result: ``what`` names its values, plural ("the weights");
-    ``pick`` takes it from a result (an index into a tuple, or a function; None: the result)."""
+    ``pick`` takes it from a result (an index into a tuple, or a function; None: the result).
+    A case whose reference result has no such part (``pick`` gives None) does not hold it."""
 
     what: str = "the result"
     pick: int | Callable | None = None
@@ -145,11 +148,15 @@ def _inputs(case: Case, double: bool) -> tuple[tuple, dict]:
 def _hold(case: Case, out: Out, got, expected, mistakes, inputs, table: Table) -> None:
     """Fail unless ``out`` of ``got`` is ``out`` of ``expected``: type, shape, dtype, values."""
     __tracebackhide__ = True  # noqa: F841
-    g, e = out.of(got), out.of(expected)
+    e = out.of(expected)
+    if e is None:  # the reference gives no such part on this case: nothing to hold
+        return
+    g = out.of(got)
     atol, rtol = out.atol or table.atol, out.rtol or table.rtol
     if isinstance(e, int) and not isinstance(e, bool):
         args, kwargs = inputs
-        require_count(case.name, out.what, g, e, _picked(mistakes, out, kwargs), args)
+        cause = _hint(out.cause, g, case) or _hint(out.fallback, g, case)
+        require_count(case.name, out.what, g, e, _picked(mistakes, out, kwargs), args, cause)
         return
     if not isinstance(g, torch.Tensor):
         raise ExerciseFailure(_not_a_tensor(case.name, out.what, g))
@@ -335,18 +342,46 @@ def _crash_cause(error: BaseException, mistakes: Sequence[Mistake], case: Case) 
 
 def call_diagnosed(candidate: Callable, case: Case, mistakes: Sequence[Mistake] = (), crash=""):
     """``candidate(*args, **kwargs)`` on copies of the case's inputs; a crash names the classic
-    mistake that crashes the same way, else ``crash``."""
+    mistake that crashes the same way, else ``crash`` (a text, or ``crash(error, case)``: the
+    likely cause of that error, or None)."""
     __tracebackhide__ = True  # noqa: F841
     kwargs = {k: _clone(v) for k, v in case.kwargs.items()}
     try:
-        hint = crash(None, case) if callable(crash) else crash
+        hint = "" if callable(crash) else crash
         return call_candidate(candidate, case.name, *_clones(case.args), crash_hint=hint, **kwargs)
     except ExerciseFailure as failure:
         error = failure.raised
-        cause = _crash_cause(error, mistakes, case) if error is not None else None
+        if error is None:
+            raise
+        cause = _crash_cause(error, mistakes, case) or (
+            crash(error, case) if callable(crash) else None
+        )
         if cause is None:
             raise
         raise failure.with_cause(cause) from error
+
+
+class _Shapes(TorchFunctionMode):
+    """Records the shape of every tensor that a torch function or tensor method returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.shapes.append(tuple(t.shape))
+        return out
+
+
+def builds(candidate, case: str, args, last_two: tuple[int, int], crash_hint: str, **kwargs):
+    """Whether ``candidate(*args, **kwargs)`` makes a tensor whose last two axes are ``last_two``
+    (the (L, S) scores that an answer working in blocks must never hold, say)."""
+    with _Shapes() as seen:
+        call_candidate(candidate, case, *_clones(args), crash_hint=crash_hint, **kwargs)
+    return any(shape[-2:] == tuple(last_two) for shape in seen.shapes)
 
 
 def build_module(candidate, case: Case, sizes: Sequence, **options) -> nn.Module:
@@ -450,8 +485,9 @@ def _compare_bool(case: str, what: str, got, expected, cause: str) -> None:
     raise ExerciseFailure("\n".join(message))
 
 
-def require_count(case: str, what: str, got, expected: int, mistakes, args) -> None:
-    """Fail unless ``got`` is the int ``expected``; name the mistake (run on ``args``) giving ``got``."""
+def require_count(case: str, what: str, got, expected: int, mistakes, args, cause="") -> None:
+    """Fail unless ``got`` is the int ``expected``; name the mistake (run on ``args``) giving ``got``,
+    else ``cause``."""
     __tracebackhide__ = True  # noqa: F841
     if isinstance(got, torch.Tensor):
         raise ExerciseFailure(
@@ -469,7 +505,7 @@ def require_count(case: str, what: str, got, expected: int, mistakes, args) -> N
         )
     if got == expected:
         return
-    cause = next((m.explanation for m in mistakes if _runs_to(m, args) == got), None)
+    cause = next((m.explanation for m in mistakes if _runs_to(m, args) == got), cause)
     ratio = f" ({got / expected:.3g} × the reference)" if expected else ""
     raise ExerciseFailure(
         f"Case {case!r}: {what} differ from the reference.\n  expected {expected:,}\n"

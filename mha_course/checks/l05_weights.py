@@ -1,0 +1,230 @@
+"""Lesson 05's first exercise: a layer of a real pretrained encoder's checkpoint (all-MiniLM-L6-v2,
+from the installed model package) copied into an encoder layer, ``load_layer``: the weight map.
+The reference is the package's own, :func:`mha_course.pretrained.load_layer`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from .. import pretrained, reference
+from .._validate import shape_str
+from ..encoder import EncoderLayer
+from ._core import exercise
+from ._failure import ExerciseFailure
+from ._table import Case, call_diagnosed
+
+# ---------------------------------------------------------------- load_layer
+
+LAYERS = (0, 3, 5)  # the checkpoint's layers read: not only 0, so that always reading 0 shows
+THE_MAP = """the map, for layer i (every name starts with "encoder.layer.", then i):
+    attention.self.query, key, value  -> self_attn.q_proj, k_proj, v_proj, or stacked in that
+                                         order in self_attn.in_proj_weight and in_proj_bias
+    attention.output.dense            -> self_attn.out_proj
+    attention.output.LayerNorm        -> norm1
+    intermediate.dense                -> linear1
+    output.dense                      -> linear2
+    output.LayerNorm                  -> norm2"""
+_SWAPPED = {  # the modules whose tensors are mixed up -> why
+    "norms": "the two LayerNorms are swapped: attention.output.LayerNorm is norm1 (Step 2, after "
+    "the attention) and output.LayerNorm is norm2 (Step 3, after the feed-forward).",
+    "dense": "the Linears are mixed up: intermediate.dense is the feed-forward's first Linear "
+    "(E to 1536), linear1; output.dense its second (1536 to E), linear2; attention.output.dense "
+    "is the attention's output projection W^O, self_attn.out_proj.",
+    "qkv packed": "Q, K and V are stacked in the wrong order: in_proj holds the query's rows "
+    "first (0 to E − 1), then the key's (E to 2E − 1), then the value's (2E to 3E − 1).",
+    "qkv": "Q, K and V are mixed up: attention.self.query goes into self_attn.q_proj, key into "
+    "k_proj, value into v_proj.",
+}
+_GROUPS = {
+    "norms": {"attention.output.LayerNorm", "output.LayerNorm"},
+    "dense": {"intermediate.dense", "output.dense", "attention.output.dense"},
+    "qkv": {"attention.self.query", "attention.self.key", "attention.self.value"},
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _checkpoint() -> dict[str, torch.Tensor]:
+    return pretrained.load_checkpoint()  # every tensor differs: whichever landed can be named
+
+
+class Checkpoint(Mapping):
+    """The checkpoint as the learner's code sees it: every read a fresh copy, so that their code
+    cannot spoil the checker's tensors."""
+
+    def __init__(self, weights: dict[str, torch.Tensor]):
+        self._weights = weights
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self._weights[key].clone()
+
+    def __iter__(self):
+        return iter(self._weights)
+
+    def __len__(self) -> int:
+        return len(self._weights)
+
+
+def blank_layer(packed: bool = True) -> nn.Module:
+    """A layer shaped like MiniLM's, every parameter NaN (so that an unfilled one shows): Q, K, V
+    packed in one in_proj (``mha_course.EncoderLayer``), or the lesson-04 layer's q_proj, k_proj
+    and v_proj."""
+    c = pretrained.MiniLMConfig()
+    E, H, F_ = c.hidden_size, c.num_attention_heads, c.intermediate_size
+    layer = EncoderLayer(E, H, F_, dropout=0.0) if packed else reference.EncoderLayer(E, H, F_)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.fill_(float("nan"))
+    return layer
+
+
+def _holds(t: torch.Tensor, weights: dict) -> str:
+    """The checkpoint tensor that ``t`` equals ("... transposed" if so), or ""."""
+    t = t.detach().cpu()
+    if t.dtype != torch.float32:  # the checkpoint's dtype
+        return ""
+    for key, w in weights.items():
+        if w.shape == t.shape and torch.equal(w, t):
+            return key
+        if w.dim() == 2 and w.T.shape == t.shape and torch.equal(w.T, t):
+            return f"{key} transposed"
+    return ""
+
+
+def _part(key: str) -> str:
+    """ "encoder.layer.3.output.LayerNorm.weight" -> "output.LayerNorm.weight"."""
+    return key.split(".", 3)[3].removesuffix(" transposed")
+
+
+def _explain(expected: str, found: str, i: int, packed: bool) -> str:
+    """The likely cause, from the checkpoint tensor that belongs there and the one that is."""
+    if not found:
+        return (
+            "its values match no tensor of the checkpoint (nor a transposed one): the checkpoint's "
+            "tensors go in as they are, without arithmetic.\n" + THE_MAP
+        )
+    layer = int(found.split(".")[2])
+    if layer != i and _part(found) == _part(expected):
+        return f"this is layer {layer}'s tensor, but you were asked for layer {i}: the names come from i."
+    if found.endswith("transposed"):
+        return (
+            "a weight is transposed. nn.Linear stores its weight as (out_features, in_features), "
+            "and so does the checkpoint: no weight needs transposing."
+        )
+    modules = {_part(expected).rsplit(".", 1)[0], _part(found).rsplit(".", 1)[0]}
+    if len(modules) == 1:
+        return "a weight and a bias are mixed up: each weight goes into a weight, each bias into a bias."
+    group = next((g for g, names in _GROUPS.items() if modules <= names), None)
+    if group is None:
+        return f"{_part(found)} does not go there.\n" + THE_MAP
+    return _SWAPPED[f"{group} packed" if group == "qkv" and packed else group]
+
+
+def _mismatch(case: str, name: str, got, sources: list[str], weights, i: int, packed: bool):
+    """Why parameter ``name`` is not the checkpoint's ``sources`` (stacked), or None if it is."""
+    expected, got = torch.cat([weights[s] for s in sources]), got.detach().cpu()
+    if got.shape == expected.shape and torch.equal(got, expected):
+        return None
+    lines = [f"Case {case!r}: {name} is not what the checkpoint says."]
+    if torch.isnan(got).all():
+        cause = f"{name} was never filled (it still holds the checker's NaN): {' + '.join(sources)} go there."
+    elif got.shape != expected.shape:
+        found, shapes = _holds(got, weights), (shape_str(got.shape), shape_str(expected.shape))
+        lines.append("  {} has shape {}, expected {}.".format(name, *shapes))
+        lines += [f"  it holds {found}."] if found else []
+        cause = _explain(sources[0], found, i, packed)
+    elif len(sources) == 1:
+        found = _holds(got, weights)
+        lines += [f"  expected {sources[0]}", f"  yours    {found or 'no checkpoint tensor'}"]
+        cause = _explain(sources[0], found, i, packed)
+    else:  # the packed in_proj: what each third holds
+        E, cause = got.size(0) // 3, None
+        for k, (source, third) in enumerate(zip(sources, got.split(E))):
+            found = _holds(third, weights)
+            rows = f"rows {k * E}–{(k + 1) * E - 1}"
+            lines.append(
+                f"  {rows} expected {_part(source)}, yours {found or 'no checkpoint tensor'}"
+            )
+            cause = cause or (None if found == source else _explain(source, found, i, packed))
+    return "\n".join([*lines, f"Likely cause: {cause}"])
+
+
+def _crash_cause(error: BaseException, case: Case) -> str | None:
+    text, i = str(error), case.args[2]
+    if isinstance(error, KeyError):
+        return (
+            f'{text} is not a name in the checkpoint. Layer {i}\'s names are "encoder.layer.{i}." '
+            "followed by one of attention.self.query.weight, attention.output.dense.bias, "
+            "intermediate.dense.weight, output.LayerNorm.weight, ... (the checkpoint's keys)."
+        )
+    if "in-place operation" in text or "requires grad" in text:
+        return (
+            "copying into a parameter must not be recorded by autograd: it belongs inside a "
+            "torch.no_grad() block."
+        )
+    if "cannot assign" in text and "parameter" in text:
+        return (
+            "a parameter can only be replaced by an nn.Parameter: copy into the existing one in "
+            "place (copy_, inside torch.no_grad()), or wrap the tensor in nn.Parameter."
+        )
+    if isinstance(error, RuntimeError) and ("size" in text or "shape" in text):
+        return (
+            "a shape mismatch while copying. nn.Linear and the checkpoint both store a weight as "
+            "(out_features, in_features), so none needs transposing: query, key and value weights "
+            "are (384, 384) each and stack into in_proj_weight (1152, 384); intermediate.dense's "
+            "weight (1536, 384) goes into linear1, output.dense's (384, 1536) into linear2."
+        )
+    return None
+
+
+def _load(candidate, case: str, layer, i: int):
+    return call_diagnosed(
+        candidate, Case(case, (layer, Checkpoint(_checkpoint()), i)), (), _crash_cause
+    )
+
+
+def _asks_for_q_proj(failure: ExerciseFailure) -> bool:
+    error = failure.__cause__
+    return isinstance(error, AttributeError) and any(f"{x}_proj" in str(error) for x in "qkv")
+
+
+@exercise(
+    "load_layer",
+    "05",
+    reference=pretrained.load_layer,
+    todo="Replace `raise NotImplementedError` with the copies from the checkpoint into the layer's "
+    "parameters.",
+    points=2,
+)
+def check_load_layer(candidate) -> int:
+    """Check ``candidate(layer, weights, i)``: fills ``layer`` with layer ``i`` of the checkpoint,
+    in either layout (a packed layer first; q_proj, k_proj, v_proj when the answer asks for
+    them); the first wrong parameter is named, with the checkpoint tensor it holds."""
+    packed, weights = True, _checkpoint()
+    for i in LAYERS:
+        case, layer = f"layer {i}", blank_layer(packed)
+        try:
+            result = _load(candidate, case, layer, i)
+        except ExerciseFailure as failure:
+            if not (packed and _asks_for_q_proj(failure)):
+                raise
+            packed, layer = False, blank_layer(False)
+            result = _load(candidate, case, layer, i)
+        params, sources = dict(layer.named_parameters()), {}
+        for row in pretrained.layer_weight_map(i, packed=packed):
+            sources.setdefault(row.parameter, []).append(row.checkpoint)
+        for name, rows in sources.items():
+            if name not in params:
+                raise ExerciseFailure(
+                    f"Case {case!r}: the layer has no parameter {name} any more; the existing "
+                    "parameters are to be filled, not deleted or renamed."
+                )
+            problem = _mismatch(case, name, params[name], rows, weights, i, packed)
+            if problem and isinstance(result, nn.Module) and result is not layer:
+                problem += "\nNote: your function returned a new module; the layer it is given is the one to fill."
+            if problem:
+                raise ExerciseFailure(problem)
+    return len(LAYERS)
