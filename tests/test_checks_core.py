@@ -6,7 +6,7 @@ import torch
 
 from mha_course import reference, work
 from mha_course.checks import ExerciseFailure, check_softmax
-from mha_course.checks._core import compare, count, your
+from mha_course.checks._failure import compare, count, differ, your
 from mha_course.exercises import EXERCISES, by_name, evaluate, evaluate_file, yours_or_reference
 from mha_course.notebook import after_exercise_cell, load_your_work
 
@@ -124,12 +124,8 @@ def test_a_nan_result_is_named_in_plain_words():
 
 
 def test_entries_that_differ_are_counted_in_plain_words():
-    from mha_course.checks._steps import _compare_bool
-
     with pytest.raises(ExerciseFailure, match="differ from the reference at 1 place, first at"):
-        _compare_bool(
-            "c", "the entries", torch.tensor([True, False]), torch.tensor([True, True]), ""
-        )
+        differ("c", "the entries", torch.tensor([True, False]), torch.tensor([True, True]))
 
 
 # ---------------------------------------------------------------- the exercise cell's last run
@@ -299,11 +295,19 @@ def test_yours_or_reference_says_why_and_what_to_do(capsys):
     assert "its exercise cell did not run" in out and "Fix the cell, run it" in out
 
 
-def test_the_checker_api_keeps_its_old_signatures():
-    from mha_course.checks._core import Mistake, call_candidate, compare, diagnose, require_shape
+def test_a_table_names_the_mistake_that_gives_the_answer():
+    from mha_course.checks._core import Mistake
+    from mha_course.checks._failure import require_shape
+    from mha_course.checks._table import Case, Table, run
 
-    doubled = [Mistake("doubled", lambda x: 2 * x, "you doubled it")]
-    assert diagnose(doubled, 2 * torch.ones(2), lambda r: r, torch.ones(2)) == "you doubled it"
-    assert call_candidate(lambda x: x + 1, "a case", 1) == 2
+    doubled = Mistake("doubled", lambda x: 2 * x, "you doubled it")
+    table = Table(
+        cases=lambda: [Case("x = 1, 1", (torch.ones(2),))],
+        reference=lambda x: x,
+        mistakes=[doubled],
+    )
+    assert run(lambda x: x.clone(), table) == 1
+    with pytest.raises(ExerciseFailure, match="Likely cause: you doubled it"):
+        run(lambda x: 2 * x, table)
     compare("a case", "outputs", torch.ones(2), torch.ones(2))
     require_shape("a case", "the result", torch.ones(2, 3), (2, 3))

@@ -10,7 +10,8 @@ from mha_course.checks import (
     check_multi_head_attention,
     check_scaled_dot_product_attention,
 )
-from mha_course.checks._core import call_candidate, checker, compare
+from mha_course.checks._core import call_candidate, checker
+from mha_course.checks._failure import compare
 from mha_course.checks._registry import REGISTRY
 from mha_course.exercises import Exercise, evaluate, yours_or_reference
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -46,11 +46,6 @@ __all__ = [
     "crashed",
     "error_line",
     "call_with_mask",
-    "require_shape",
-    "compare",
-    "diagnose",
-    "your",
-    "count",
 ]
 
 
@@ -382,107 +377,3 @@ def _describe(x, equals: bool = False) -> str:
     else:
         text = type(x).__name__
     return f"a {text}" if equals else text
-
-
-def require_shape(case: str, what: str, got, expected: Sequence[int], hint: str = "") -> None:
-    """Fail with a clear message unless ``got`` is a tensor of shape ``expected``."""
-    if not isinstance(got, torch.Tensor):
-        raise ExerciseFailure(
-            f"Case {case!r}: {what} should be a torch.Tensor, got {type(got).__name__}."
-        )
-    if tuple(got.shape) != tuple(expected):
-        raise ExerciseFailure(
-            f"Case {case!r}: {what} has shape {shape_str(got.shape)}, expected {shape_str(expected)}."
-            + (f"\nLikely cause: {hint}" if hint else "")
-        )
-
-
-def _close(
-    got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, equal_nan: bool = False
-) -> bool:
-    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-        return False
-    got, expected = got.detach().double().cpu(), expected.detach().double().cpu()
-    return bool(torch.allclose(got, expected, atol=atol, rtol=rtol, equal_nan=equal_nan))
-
-
-def diagnose(
-    mistakes: Sequence[Mistake], got: torch.Tensor, pick: Callable, *args, atol=1e-4, rtol=1e-3
-) -> str | None:
-    """The explanation of the first classic mistake whose result matches the candidate's, if any.
-
-    ``pick`` selects the compared tensor from a mistake's result (e.g. the weights of a tuple).
-    """
-    for mistake in mistakes:
-        try:
-            with torch.no_grad():
-                wrong = pick(mistake.run(*args))
-        except Exception:  # a mistake that cannot run on these shapes cannot be the cause
-            continue
-        if _close(got, wrong, atol, rtol, equal_nan=True):  # a mistake can produce NaN, too
-            return mistake.explanation
-    return None
-
-
-def compare(
-    case: str,
-    what: str,
-    got: torch.Tensor,
-    expected: torch.Tensor,
-    *,
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
-    mistakes: Sequence[Mistake] = (),
-    args: Sequence = (),
-    pick: Callable = lambda result: result,
-    cause: str | None = None,
-    fallback_cause: str = "",
-) -> None:
-    """Fail unless ``got`` equals ``expected`` to the tolerance; show where they differ.
-
-    The likely cause is the first there is of: the classic mistake that gives what the candidate
-    gave (:func:`diagnose` of ``mistakes`` run on ``args``, ``pick`` taking the compared tensor
-    from their result; they run only for a wrong answer), ``cause``, ``fallback_cause``."""
-    __tracebackhide__ = True  # noqa: F841
-    if _close(got, expected, atol, rtol):
-        return
-    g, e = got.detach().double().cpu(), expected.detach().double().cpu()
-    message = [f"Case {case!r}: {what} differ from the reference."]
-    if torch.isnan(g).any():
-        n = int(torch.isnan(g).sum())
-        message.append(f"  {your(what)} contain NaN at {count(n, 'place')}.")
-    else:
-        diff = (g - e).abs()
-        index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-        message.append(f"  largest difference {diff.max().item():.3g} at index {list(index)}.")
-        if g.dim() >= 1:
-            row = index[:-1]
-            message.append(f"  expected {_row(e, row)}")
-            message.append(f"  got      {_row(g, row)}")
-    reason = diagnose(mistakes, got, pick, *args) or cause or fallback_cause
-    if reason:
-        message.append(f"Likely cause: {reason}")
-    raise ExerciseFailure("\n".join(message))
-
-
-def count(n: int, thing: str) -> str:
-    """``count(1, "place")`` -> "1 place", ``count(2, "place")`` -> "2 places"."""
-    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
-
-
-def your(what: str) -> str:
-    """ "the weights" -> "your weights", "outputs" -> "your outputs": a message's words for the
-    learner's result, without a second article."""
-    for article in ("the ", "a ", "an "):
-        if what.lower().startswith(article):
-            what = what[len(article) :]
-            break
-    return f"your {what}"
-
-
-def _row(t: torch.Tensor, row: tuple[int, ...]) -> str:
-    values = t[row] if row else t
-    shown = ", ".join(f"{v:.3f}" for v in values.flatten()[:8].tolist())
-    more = ", ..." if values.numel() > 8 else ""
-    where = f"row {list(row)}" if row else "all"
-    return f"{where} = [{shown}{more}]"

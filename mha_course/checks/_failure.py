@@ -12,9 +12,25 @@ from __future__ import annotations
 
 import re
 
+import torch
+
+from .._validate import shape_str
 from ._inspect import learner_frames, source_line, where
 
-__all__ = ["ExerciseFailure", "CellDidNotRun", "NotDoneYet", "error_line"]
+__all__ = [
+    "ExerciseFailure",
+    "CellDidNotRun",
+    "NotDoneYet",
+    "error_line",
+    "close",
+    "count",
+    "your",
+    "not_a_tensor",
+    "require_shape",
+    "require_dtype",
+    "differ",
+    "compare",
+]
 
 MAX_LINES = 15  # what a failing check may show in a notebook, all told
 
@@ -111,3 +127,120 @@ def error_line(error: BaseException) -> str:
         frames = [(error.filename, error.lineno)]
     at = "".join(f" (at {where(file, line)}: {source_line(file, line)})" for file, line in frames)
     return _error_text(error) + at
+
+
+# ---------------------------------------------------------------- how a wrong result shows
+
+
+def close(got, expected, atol: float, rtol: float, equal_nan: bool = False) -> bool:
+    """``got`` is a tensor of ``expected``'s shape and values, to the tolerance (in float64)."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+        return False
+    got, expected = got.detach().double().cpu(), expected.detach().double().cpu()
+    return bool(torch.allclose(got, expected, atol=atol, rtol=rtol, equal_nan=equal_nan))
+
+
+def count(n: int, thing: str) -> str:
+    """``count(1, "place")`` -> "1 place", ``count(2, "place")`` -> "2 places"."""
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
+
+
+def your(what: str) -> str:
+    """ "the weights" -> "your weights": a message's words for the learner's result."""
+    for article in ("the ", "a ", "an "):
+        if what.lower().startswith(article):
+            return f"your {what[len(article) :]}"
+    return f"your {what}"
+
+
+def _likely(cause: str | None) -> str:
+    return f"\nLikely cause: {cause}" if cause else ""
+
+
+def not_a_tensor(case: str, what: str, got) -> ExerciseFailure:
+    made = type(got).__name__
+    tip = {
+        "list": " A list of tensors is not one tensor: stack them.",
+        "tuple": " Return only this result, not a tuple.",
+        "float": " .item() turns a tensor into a Python number: keep the tensor.",
+        "NoneType": " A function that ends without `return` gives None.",
+    }.get(made, "")
+    return ExerciseFailure(f"Case {case!r}: {what} should be a torch.Tensor, got {made}.{tip}")
+
+
+def require_shape(case: str, what: str, got, shape, hint: str = "") -> None:
+    """Fail unless ``got`` is a tensor of shape ``shape``."""
+    if not isinstance(got, torch.Tensor):
+        raise not_a_tensor(case, what, got)
+    if tuple(got.shape) == tuple(shape):
+        return
+    verb = "have" if what.endswith("s") else "has"
+    raise ExerciseFailure(
+        f"Case {case!r}: {your(what)} {verb} shape {shape_str(got.shape)}, expected "
+        f"{shape_str(shape)}." + _likely(hint)
+    )
+
+
+def require_dtype(case: str, what: str, got, expected, cause: str | None = None) -> None:
+    """Fail unless ``got`` has ``expected``'s dtype (a bool one: say if the pattern is right)."""
+    if got.dtype == expected.dtype:
+        return
+    if expected.dtype == torch.bool:
+        right = " (its True/False pattern is right)" if bool(((got != 0) == expected).all()) else ""
+        raise ExerciseFailure(
+            f"Case {case!r}: {what} are {got.dtype}{right}; expected a bool tensor."
+            + _likely(cause)
+        )
+    cause = cause or "a tensor made inside your function with the default dtype, not the inputs'."
+    raise ExerciseFailure(
+        f"Case {case!r}: {what} are {got.dtype}, expected {expected.dtype} (the dtype of the "
+        f"inputs)." + _likely(cause)
+    )
+
+
+def differ(case: str, what: str, got: torch.Tensor, expected: torch.Tensor, cause="") -> None:
+    """Fail, showing where ``got`` and ``expected`` differ most (or, for bool tensors, first)."""
+    __tracebackhide__ = True  # noqa: F841
+    g, e = got.detach().cpu(), expected.detach().cpu()
+    if e.dtype == torch.bool:
+        wrong = g != e
+        first = tuple(int(i) for i in wrong.nonzero()[0])
+        lines = [
+            f"Case {case!r}: {what} differ from the reference at "
+            f"{count(int(wrong.sum()), 'place')}, first at {list(first)}."
+        ]
+        index = first
+    elif torch.isnan(g.double()).any():
+        n = int(torch.isnan(g.double()).sum())
+        lines = [
+            f"Case {case!r}: {what} differ from the reference.",
+            f"  {your(what)} contain NaN at {count(n, 'place')}.",
+        ]
+        index = ()
+    else:
+        diff = (g.double() - e.double()).abs()
+        index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+        lines = [
+            f"Case {case!r}: {what} differ from the reference.",
+            f"  largest difference {diff.max().item():.3g} at index {list(index)}.",
+        ]
+    if index and g.dim() >= 1:
+        lines += [f"  expected {_row(e, index[:-1])}", f"  got      {_row(g, index[:-1])}"]
+    raise ExerciseFailure("\n".join(lines) + _likely(cause))
+
+
+def compare(case: str, what: str, got, expected, *, atol=1e-5, rtol=1e-4, cause="") -> None:
+    """Fail unless ``got`` equals ``expected`` to the tolerance (see :func:`differ`)."""
+    __tracebackhide__ = True  # noqa: F841
+    if not close(got, expected, atol, rtol):
+        differ(case, what, got, expected, cause)
+
+
+def _row(t: torch.Tensor, row: tuple[int, ...]) -> str:
+    values = t[row] if row else t
+    if values.dtype == torch.bool:
+        shown = ", ".join(str(v) for v in values.flatten()[:8].tolist())
+    else:
+        shown = ", ".join(f"{v:.3f}" for v in values.double().flatten()[:8].tolist())
+    more = ", ..." if values.numel() > 8 else ""
+    return f"{f'row {list(row)}' if row else 'all'} = [{shown}{more}]"

@@ -38,8 +38,15 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from .._validate import shape_str
-from ._core import Mistake, _close, call_candidate, compare, count, your
-from ._failure import ExerciseFailure
+from ._core import Mistake, call_candidate
+from ._failure import (
+    ExerciseFailure,
+    close,
+    differ,
+    not_a_tensor,
+    require_dtype,
+    require_shape,
+)
 
 __all__ = [
     "Case",
@@ -159,37 +166,18 @@ def _hold(case: Case, out: Out, got, expected, mistakes, inputs, table: Table) -
         require_count(case.name, out.what, g, e, _picked(mistakes, out, kwargs), args, cause)
         return
     if not isinstance(g, torch.Tensor):
-        raise ExerciseFailure(_not_a_tensor(case.name, out.what, g))
+        raise not_a_tensor(case.name, out.what, g)
     args, kwargs = inputs
     dtype_ok = g.dtype == e.dtype or not (out.dtype or e.dtype == torch.bool)
-    if g.shape == e.shape and dtype_ok and _close(g, e, atol, rtol):
+    if g.shape == e.shape and dtype_ok and close(g, e, atol, rtol):
         return
     cause = _diagnose(_picked(mistakes, out, kwargs), g, e, args, atol, rtol)
-    _require_shape(case.name, out.what, g, e.shape, cause or _hint(out.shape_hint, g, case))
+    require_shape(case.name, out.what, g, e.shape, cause or _hint(out.shape_hint, g, case))
     if e.dtype == torch.bool or (out.dtype and g.dtype != e.dtype):
-        _require_dtype(case.name, out.what, g, e, cause or _hint(out.fallback, g, case))
-    if e.dtype == torch.bool:
-        _compare_bool(case.name, out.what, g, e, cause or _hint(out.fallback, g, case))
-        return
-    compare(
-        case.name,
-        out.what,
-        g,
-        e,
-        atol=atol,
-        rtol=rtol,
-        cause=cause or _hint(out.cause, g, case) or _hint(out.fallback, g, case),
-    )
-
-
-def _require_shape(case: str, what: str, got: torch.Tensor, shape, hint: str) -> None:
-    if tuple(got.shape) == tuple(shape):
-        return
-    verb = "have" if what.endswith("s") else "has"
-    raise ExerciseFailure(
-        f"Case {case!r}: {your(what)} {verb} shape {shape_str(got.shape)}, expected "
-        f"{shape_str(shape)}." + (f"\nLikely cause: {hint}" if hint else "")
-    )
+        require_dtype(case.name, out.what, g, e, cause or _hint(out.fallback, g, case))
+    if e.dtype != torch.bool:
+        cause = cause or _hint(out.cause, g, case)
+    differ(case.name, out.what, g, e, cause or _hint(out.fallback, g, case))
 
 
 def _diagnose(mistakes: Sequence[Mistake], got, expected, args, atol, rtol) -> str | None:
@@ -201,9 +189,9 @@ def _diagnose(mistakes: Sequence[Mistake], got, expected, args, atol, rtol) -> s
                 wrong = mistake.run(*args)
         except Exception:  # a mistake that cannot run on these inputs cannot be the cause
             continue
-        if not isinstance(wrong, torch.Tensor) or _close(wrong, expected, atol, rtol):
+        if not isinstance(wrong, torch.Tensor) or close(wrong, expected, atol, rtol):
             continue
-        if _close(got, wrong, atol, rtol, equal_nan=True):
+        if close(got, wrong, atol, rtol, equal_nan=True):
             return mistake.explanation
     return None
 
@@ -224,17 +212,6 @@ def _hint(hint: Hint, got, case: Case) -> str:
         return ""
 
 
-def _not_a_tensor(case: str, what: str, got) -> str:
-    made = type(got).__name__
-    tip = {
-        "list": " A list of tensors is not one tensor: stack them.",
-        "tuple": " Return only this result, not a tuple.",
-        "float": " .item() turns a tensor into a Python number: keep the tensor.",
-        "NoneType": " A function that ends without `return` gives None.",
-    }.get(made, "")
-    return f"Case {case!r}: {what} should be a torch.Tensor, got {made}.{tip}"
-
-
 def pair(first: str, second: str) -> Callable:
     """A shape check for a result that is a pair ``(first, second)`` of tensors: a pair it is,
     in that order (the shapes, or the values, of the two swapped are named)."""
@@ -252,9 +229,9 @@ def pair(first: str, second: str) -> Callable:
         e_a, e_b = expected
         swapped_shapes = a.shape == e_b.shape and b.shape == e_a.shape and a.shape != b.shape
         swapped_values = (
-            a.shape == b.shape and _close(a, e_b, 1e-5, 1e-4) and _close(b, e_a, 1e-5, 1e-4)
+            a.shape == b.shape and close(a, e_b, 1e-5, 1e-4) and close(b, e_a, 1e-5, 1e-4)
         )
-        if swapped_shapes or (swapped_values and not _close(a, e_a, 1e-5, 1e-4)):
+        if swapped_shapes or (swapped_values and not close(a, e_a, 1e-5, 1e-4)):
             raise ExerciseFailure(
                 f"Case {case.name!r}: the pair came as ({second}, {first}): the first tensor is "
                 f"{shape_str(a.shape)}, the second {shape_str(b.shape)}.\nLikely cause: the order "
@@ -439,50 +416,6 @@ def require_tensor(
     out = Out(what, None, **hints)
     table = Table(cases=tuple, reference=lambda: expected)
     _hold(Case(case, tuple(args)), out, got, expected, mistakes, (tuple(args), {}), table)
-
-
-def _require_dtype(case: str, what: str, got, expected, cause: str | None = None) -> None:
-    if got.dtype == expected.dtype:
-        return
-    if expected.dtype == torch.bool:
-        right = bool(((got != 0) == expected).all())
-        verdict = " (its True/False pattern is right)" if right else ""
-        raise ExerciseFailure(
-            f"Case {case!r}: {what} are {got.dtype}{verdict}; expected a bool tensor."
-            + (f"\nLikely cause: {cause}" if cause else "")
-        )
-    cause = cause or (
-        "a tensor made inside your function with the default dtype instead of the inputs' dtype."
-    )
-    raise ExerciseFailure(
-        f"Case {case!r}: {what} are {got.dtype}, expected {expected.dtype} (the dtype of the "
-        f"inputs).\nLikely cause: {cause}"
-    )
-
-
-def _compare_bool(case: str, what: str, got, expected, cause: str) -> None:
-    """Fail unless the bool tensors are equal; show the first row where they differ."""
-    wrong = got != expected
-    if not wrong.any():
-        return
-    first = tuple(int(i) for i in wrong.nonzero()[0])
-    row = first[:-1]
-
-    def show(t):
-        values = (t[row] if row else t).flatten().tolist()
-        more = ", ..." if len(values) > 8 else ""
-        return f"[{', '.join(str(v) for v in values[:8])}{more}]"
-
-    where = f"row {list(row)}" if row else "all"
-    message = [
-        f"Case {case!r}: {what} differ from the reference at {count(int(wrong.sum()), 'place')}, "
-        f"first at {list(first)}.",
-        f"  expected {where} = {show(expected)}",
-        f"  got      {where} = {show(got)}",
-    ]
-    if cause:
-        message.append(f"Likely cause: {cause}")
-    raise ExerciseFailure("\n".join(message))
 
 
 def require_count(case: str, what: str, got, expected: int, mistakes, args, cause="") -> None:
