@@ -15,7 +15,7 @@ from importlib import import_module
 from ._failure import ExerciseFailure, NotDoneYet
 from ._registry import REGISTRY, Exercise, register
 
-LESSON_MODULES = ("l00_warmups",)
+LESSON_MODULES = ("l00_warmups", "l09_flash")
 """The checker modules, in lesson order (the order the registry lists the exercises in)."""
 
 for _module in LESSON_MODULES:
