@@ -36,7 +36,14 @@ from .triton_attention import (
     interpreting,
 )
 
-__all__ = ["FlashKernel", "flash_kernel", "launch_kernel", "grid_problem", "BLOCK_SIZES"]
+__all__ = [
+    "FlashKernel",
+    "flash_kernel",
+    "launch_kernel",
+    "grid_problem",
+    "TritonCannotRun",
+    "BLOCK_SIZES",
+]
 
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 """The tile sides the kernel takes (``tl.dot`` needs at least 16, and powers of two)."""
@@ -120,6 +127,11 @@ class FlashKernel:
             self.kernel[tuple(grid)](*positional, STEP=self.step, **a, **options)
 
 
+class TritonCannotRun(RuntimeError):
+    """Triton is installed but cannot run a kernel here, whatever the kernel (its interpreter
+    with a NumPy it predates): the message says how to fix the install."""
+
+
 @contextlib.contextmanager
 def running(q: Tensor, interpret: bool):
     """Where a kernel runs: q's GPU; in the interpreter, its failure with NumPy 2.4 named."""
@@ -128,7 +140,7 @@ def running(q: Tensor, interpret: bool):
             yield
         except Exception as error:
             if interpret and "only 0-dimensional arrays" in str(error):  # NumPy 2.4 and up
-                raise RuntimeError(
+                raise TritonCannotRun(
                     f"the interpreter of Triton {_triton_version()} fails with this NumPy: "
                     f"pip install --upgrade triton (or 'numpy<2.4')"
                 ) from error

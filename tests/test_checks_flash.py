@@ -300,3 +300,19 @@ def test_without_triton_the_lessons_cells_run_and_each_check_says_why():
         f"⏳ flash_launch cannot be checked on this machine: {reason}: pip install 'triton>=3.1'.",
         "True 3",
     ]
+
+
+def test_an_install_that_cannot_run_kernels_is_not_blamed_on_the_answer(
+    interpreter, capsys, monkeypatch
+):
+    from mha_course import triton_launch
+
+    def broken(self, grid, *args, **kwargs):  # what Triton 3.1's interpreter does with NumPy 2.4
+        with triton_launch.running(torch.zeros(1), interpret=True):
+            raise ValueError("only 0-dimensional arrays can be converted to Python scalars")
+
+    monkeypatch.setattr(triton_launch.FlashKernel, "launch", broken)
+    check_attend_tile(attend_tile)
+    assert capsys.readouterr().out.startswith(
+        "⏳ attend_tile cannot be checked on this machine: the interpreter of Triton"
+    )

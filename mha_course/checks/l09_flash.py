@@ -18,7 +18,7 @@ import warnings
 import torch
 
 from ..triton_attention import COURSE_STEP, LOG2_E, interpreting, triton_unavailable
-from ..triton_launch import launch_kernel
+from ..triton_launch import TritonCannotRun, launch_kernel
 from ..work import TODO
 from ._core import Mistake, NotDoneYet, crashed, exercise
 from ._failure import ExerciseFailure
@@ -109,7 +109,7 @@ def _unwrapped(error: BaseException) -> BaseException:
     return error
 
 
-def _in_kernel(case: Case, call, crash: str, mistakes=()):
+def _in_kernel(name: str, case: Case, call, crash: str, mistakes=()):
     """``call()``: a kernel run with the learner's code in it; NotDoneYet for the skeleton, and
     for a crash a failure naming the case and the cause: the classic mistake that raises the same
     error, else ``crash``."""
@@ -123,6 +123,8 @@ def _in_kernel(case: Case, call, crash: str, mistakes=()):
                 raise NotDoneYet() from None
             cause = cause.__cause__ or cause.__context__
         error = _unwrapped(error)
+        if isinstance(error, TritonCannotRun):  # the install's fault, not the answer's
+            raise NotDoneYet(f"{name} cannot be checked on this machine: {error}.") from None
         same = (m.explanation for m in mistakes if _raises_like(m, error))
         raise crashed(case.name, error, next(same, crash)) from error
 
@@ -222,7 +224,7 @@ def _step_call(candidate, case: Case, table: Table):
             "functions compiled by Triton: keep the @triton.jit line above the def."
         )
     crash = _DTYPE_CRASH if case.args[0].dtype == torch.float16 else _STEP_CRASH
-    return _in_kernel(case, lambda: _in_forward(candidate, case), crash)
+    return _in_kernel("attend_tile", case, lambda: _in_forward(candidate, case), crash)
 
 
 def _source(candidate) -> str:
@@ -349,7 +351,7 @@ def _launch_call(candidate, case: Case, table: Table):
     kernel, q, k, v = case.args
     args = (kernel, q.clone(), k.clone(), v.clone())
     call = lambda: candidate(*args, **case.kwargs)  # noqa: E731
-    return _in_kernel(case, call, LAUNCH_CRASH, table.mistakes_for(case))
+    return _in_kernel("flash_launch", case, call, LAUNCH_CRASH, table.mistakes_for(case))
 
 
 LAUNCH_CRASH = (
