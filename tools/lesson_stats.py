@@ -7,6 +7,10 @@
   exercise version anywhere above the exercise's check cell: in an earlier cell, in the skeleton's
   docstring or comments, in a hint. Lines of fewer than 12 characters (``return out``, ``else:``)
   and class boilerplate (``super().__init__()``) are not counted: they give nothing away.
+* **Given in a hint**: an answer line that a hint of the lesson gives away, anywhere in the
+  notebook (above the check or below it): the line itself, or a piece of code of 12 characters
+  or more from a hint (a backticked span in a ``<details>`` block whose summary names a hint)
+  found in it. The last hint may show the idea on another example, never the answer's own line.
 * **Main-path words**: the markdown of the exercise version outside folded ``<details>`` blocks
   and outside the lesson's "Going further" part (from a ``## Going further`` heading to the next
   ``## `` heading that is not part of it, or to the end), without code blocks, HTML tags and
@@ -41,6 +45,7 @@ TARGETS = {
     "words_total": 18_000,  # at most, lessons 00-06
     "words_per_lesson": 3_500,  # at most
     "long_sentences_per_lesson": 8,  # at most
+    "given_in_hints_total": 0,  # at most, every lesson
 }
 MAIN_ARC = {f"{n:02d}" for n in range(7)}
 
@@ -50,6 +55,7 @@ class ExerciseStats:
     name: str
     answer_lines: list[str]
     shown: list[str] = field(default_factory=list)  # answer lines shown above the check
+    in_hints: list[str] = field(default_factory=list)  # answer lines a hint gives away
 
     @property
     def short(self) -> bool:
@@ -75,6 +81,10 @@ class LessonStats:
     @property
     def shown(self) -> int:
         return sum(len(e.shown) for e in self.exercises)
+
+    @property
+    def in_hints(self) -> int:
+        return sum(len(e.in_hints) for e in self.exercises)
 
 
 # ---------------------------------------------------------------- code
@@ -179,6 +189,27 @@ def _words(text: str) -> list[str]:
     return [w for w in text.split() if re.search(r"\w", w)]
 
 
+_HINT = re.compile(
+    r"<details\b[^>]*>\s*<summary>(?:(?!</summary>).)*\bHint\b.*?</details>", re.S | re.I
+)
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def hint_code(markdown: str) -> tuple[str, list[str]]:
+    """The hints of a markdown cell: their text (normalised) and their code spans of 12
+    characters or more (normalised)."""
+    hints = _HINT.findall(markdown)
+    spans = [_normalise(x) for h in hints for x in _CODE_SPAN.findall(h)]
+    return _normalise(" ".join(hints)), [x for x in spans if len(x) >= MIN_SHOWN_CHARS]
+
+
+def given_in_hints(answer: list[str], text: str, spans: list[str]) -> list[str]:
+    """The answer lines that the hints' ``text`` holds whole, or that hold one of its ``spans``."""
+    return [
+        x for x in answer if _counts_as_shown(x) and (x in text or any(span in x for span in spans))
+    ]
+
+
 # ---------------------------------------------------------------- one lesson
 
 
@@ -216,6 +247,11 @@ def lesson_stats(solution_path: Path, exercise_path: Path) -> LessonStats:
         above = cells[: check if check is not None else start + 1]
         seen = "\n".join(_normalise(x) for c in above for x in c.source.split("\n"))
         ex.shown = [x for x in ex.answer_lines if _counts_as_shown(x) and x in seen]
+    hints = [hint_code(c.source) for c in cells if c.cell_type == "markdown"]
+    text = " ".join(t for t, _ in hints)
+    spans = [x for _, found in hints for x in found]
+    for ex in exercises:
+        ex.in_hints = given_in_hints(ex.answer_lines, text, spans)
 
     further = _going_further_cells(exercise_nb)
     words, long = 0, []
@@ -262,6 +298,15 @@ def targets_report(stats: list[LessonStats]) -> list[tuple[str, bool]]:
         ),
         (f"00-06: {words} main-path words (at most {t['words_total']})", words <= t["words_total"]),
     ]
+    given = sum(s.in_hints for s in stats)
+    exercises = sum(len(s.exercises) for s in stats)
+    report.append(
+        (
+            f"all lessons: {given} answer lines given away in a hint, {given / max(exercises, 1):.2f} "
+            f"per exercise (at most {t['given_in_hints_total']})",
+            given <= t["given_in_hints_total"],
+        )
+    )
     for s in stats:
         report.append(
             (
@@ -280,12 +325,13 @@ def targets_report(stats: list[LessonStats]) -> list[tuple[str, bool]]:
 
 
 def table(stats: list[LessonStats]) -> str:
-    head = f"{'lesson':<34} {'exercises':>9} {'answer lines':>12} {'short':>5} {'shown':>5} {'words':>6} {'long':>4}"
+    head = f"{'lesson':<34} {'exercises':>9} {'answer lines':>12} {'short':>5} {'shown':>5} {'hints':>5} {'words':>6} {'long':>4}"
     rows = [head]
     for s in stats:
         rows.append(
             f"{s.notebook:<34} {len(s.exercises):>9} {s.answer_lines:>12} "
-            f"{len(s.short_exercises):>5} {s.shown:>5} {s.words:>6} {len(s.long_sentences):>4}"
+            f"{len(s.short_exercises):>5} {s.shown:>5} {s.in_hints:>5} {s.words:>6} "
+            f"{len(s.long_sentences):>4}"
         )
     return "\n".join(rows)
 
@@ -299,5 +345,6 @@ def details(stats: list[LessonStats]) -> str:
             flag = " (short)" if e.short else ""
             out.append(f"  {e.name}: {len(e.answer_lines)} answer lines{flag}")
             out += [f"    shown above its check: {x}" for x in e.shown]
+            out += [f"    given in a hint: {x}" for x in e.in_hints]
         out += [f"  long sentence ({len(_words(x))} words): {x[:140]}…" for x in s.long_sentences]
     return "\n".join(out)
