@@ -58,12 +58,12 @@ def attention(
         )
     else:  # scores = M + scale · Q Kᵀ
         scores = torch.baddbmm(_flat(mask.bias, batch), q, k.transpose(1, 2), alpha=scale)
-    scores = scores.view(*batch, L, S)  # (*, L, S)
+    scores = scores.reshape(*batch, L, S)  # (*, L, S): N split into *, a view whatever the strides
     weights = softmax(scores, mask.empty, in_place=not scores.requires_grad)  # (*, L, S)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     output = torch.bmm(weights.reshape(-1, L, S), v)  # (N, L, Dv); an empty query's row is 0
-    return output.view(*batch, L, Dv), weights
+    return output.reshape(*batch, L, Dv), weights  # (*, L, Dv), a view as the scores
 
 
 def fused_attention(

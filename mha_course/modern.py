@@ -148,10 +148,11 @@ def grouped_attention(
         mask = fold_groups(mask, H, group, T)
     if need_weights:
         heads, weights = kernel.attention(q, k, v, mask, dropout_p)
-        weights = weights.view(B, H, T, -1)
+        weights = weights.reshape(B, H, T, -1)  # a copy where the kernel's layout needs one
     else:
         heads, weights = kernel.fused_attention(q, k, v, mask, dropout_p), None
-    return heads.view(B, H, T, -1), weights
+    # reshape, not view: CUDA's fused kernels store (B, H_kv, G·T, D) as (B, G·T, H_kv, D)
+    return heads.reshape(B, H, T, -1), weights
 
 
 def fold_groups(mask: AttentionMask, num_heads: int, group: int, T: int) -> AttentionMask:
