@@ -14,6 +14,12 @@ step copies only the new token's keys and values (``torch.cat`` would copy the w
 step). ``length`` is a Python int: no tensor is read to know where to write (no host sync).
 The cache is for inference (under ``torch.no_grad()``): writing into a buffer in place is not
 something autograd can differentiate through.
+
+The protocol (what :class:`~mha_course.DecoderLM` and the attention modules use), as Hugging
+Face's caches: a model's forward reads ``offset`` (where its new tokens start: their positions
+are offset, offset + 1, ...) and ``key_length(T)`` (how many keys its queries see), hands each
+layer's attention ``cache.layer(i)``, whose one method ``update(k, v)`` stores the new keys and
+values and returns every key and value so far, and calls ``advance(T)`` when every layer is done.
 """
 
 from __future__ import annotations
@@ -59,9 +65,33 @@ class KVCache:
         """The cache's memory at its full length: 2 · layers · B · H · max_len · D · bytes."""
         return self.buffer.numel() * self.buffer.element_size()
 
+    @property
+    def offset(self) -> int:
+        """Where the next forward's tokens start: the number of tokens cached."""
+        return self.length
+
+    def key_length(self, new_tokens: int) -> int:
+        """How many keys a forward of ``new_tokens`` tokens attends over: cached + new."""
+        return self.length + new_tokens
+
     def layer(self, index: int) -> LayerCache:
-        """The cache of one layer, what its attention appends to."""
+        """The cache of one layer, what its attention calls ``update`` on."""
         return LayerCache(self, index)
+
+    def update(self, k: Tensor, v: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+        """Store the new tokens' keys and values k, v (B, H, T_new, D) of layer ``layer`` after
+        the cached ones; return the keys and values of every token so far, (B, H, length +
+        T_new, D) each (views into the buffer)."""
+        keys, values = self.buffer[layer, 0], self.buffer[layer, 1]  # (B, H, max_len, D) each
+        if k.shape[:2] != keys.shape[:2] or k.size(-1) != keys.size(-1):
+            raise ValueError(
+                f"new keys of shape {shape_str(k.shape)} do not fit a cache of shape "
+                f"{shape_str(keys.shape)} (B, H, max_len, D)"
+            )
+        end = self.length + k.size(-2)
+        keys[:, :, self.length : end] = k
+        values[:, :, self.length : end] = v
+        return keys[:, :, :end], values[:, :, :end]
 
     def require_room(self, batch_size: int, new_tokens: int) -> None:
         """A forward of ``new_tokens`` tokens for ``batch_size`` sequences fits this cache."""
@@ -83,27 +113,11 @@ class KVCache:
 
 
 class LayerCache:
-    """One layer's view of a :class:`KVCache`: ``append(k, v)`` stores the new tokens' keys and
-    values after the cached ones and returns all of them."""
+    """One layer's view of a cache: ``update(k, v)`` stores the new tokens' keys and values
+    (B, H, T_new, D) and returns every token's so far, (B, H, S, D) each."""
 
     def __init__(self, cache: KVCache, index: int) -> None:
         self.cache, self.index = cache, index
 
-    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """k, v (B, H, T_new, D) -> the keys and values of every token so far, (B, H, T, D) each
-        with T = cached + T_new (views into the buffer)."""
-        cache = self.cache
-        start = cache.length
-        end = start + k.size(-2)
-        keys, values = (
-            cache.buffer[self.index, 0],
-            cache.buffer[self.index, 1],
-        )  # (B, H, max_len, D)
-        if k.shape[:2] != keys.shape[:2] or k.size(-1) != keys.size(-1):
-            raise ValueError(
-                f"new keys of shape {shape_str(k.shape)} do not fit a cache of shape "
-                f"{shape_str(keys.shape)} (B, H, max_len, D)"
-            )
-        keys[:, :, start:end] = k
-        values[:, :, start:end] = v
-        return keys[:, :, :end], values[:, :, :end]
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return self.cache.update(k, v, self.index)

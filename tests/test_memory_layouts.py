@@ -26,6 +26,7 @@ from mha_course import (
     EncoderLayer,
     LayerNorm,
     MultiHeadAttention,
+    RotaryEmbedding,
     kernel,
     masks,
 )
@@ -172,12 +173,13 @@ def decoder(need_weights):
 
 
 def grouped(need_weights, kv_heads):
-    module = randomised(GroupedQueryAttention(E, H, kv_heads, rope_base=10000.0))
+    module = randomised(GroupedQueryAttention(E, H, kv_heads))
     mask = masks.causal_over_cache(L, L, f64)
+    rope = RotaryEmbedding(E // H).rotation(torch.arange(L), f64)
     return (
         module,
         (rand(B, L, E, seed=9),),
-        lambda m, x: m._attend(x, x, x, mask, need_weights),
+        lambda m, x: m.attend(x, x, x, mask, rope=rope, need_weights=need_weights),
     )
 
 
