@@ -6,7 +6,10 @@ Each :class:`DecoderBlock` is pre-LN, x + Attention(LayerNorm(x)), then x + FFN(
 with the **causal** mask: token t attends to tokens 0..t only, so the model can be trained to
 predict every next token of a text at once, and generate one token at a time. With a
 :class:`~mha_course.cache.KVCache`, a forward over new tokens attends over the keys and values
-cached from the tokens before them (their positions continue where the cache stopped).
+cached from the tokens before them (their positions continue where the cache stopped). With a
+:class:`~mha_course.cache.StaticKVCache` (compiled decoding) the positions are a tensor, the
+cache's, and the mask is built from them: nothing the forward computes on the host changes from
+one token to the next.
 
 Lesson 08's options make it a model of today's kind, each changing the attention only:
 ``positions="rope"`` rotates queries and keys by position instead of adding position embeddings,
@@ -42,7 +45,7 @@ from torch import Tensor, nn
 from . import masks
 from ._validate import require_positive_int, require_probability, shape_str
 from .alibi import alibi_slopes
-from .cache import KVCache, LayerCache
+from .cache import KVCache, LayerCache, StaticKVCache
 from .encoder import _activation, feed_forward_layers, require_layer_sizes
 from .layernorm import LayerNorm
 from .modern import GroupedQueryAttention, decoder_mask, require_kv_heads
@@ -210,10 +213,11 @@ class DecoderLM(nn.Module):
         self.num_heads = nhead
         self.apply(_init_weights)
 
-    def new_cache(self, batch_size: int) -> KVCache:
-        """An empty KV cache for ``batch_size`` sequences of up to ``max_len`` tokens."""
+    def new_cache(self, batch_size: int, *, static: bool = False) -> KVCache:
+        """An empty KV cache for ``batch_size`` sequences of up to ``max_len`` tokens; with
+        ``static=True`` a :class:`~mha_course.cache.StaticKVCache`, for compiled decoding."""
         weight = self.token_embedding.weight
-        return KVCache(
+        return (StaticKVCache if static else KVCache)(
             len(self.blocks),
             batch_size,
             self.num_kv_heads,

@@ -7,7 +7,7 @@ every kernel the modules call (torch's SDPA, linear, bmm and baddbmm, and the co
 strides (the same values), and every module must give the same outputs and gradients as with
 the kernels left alone: MultiHeadAttention, the encoder and decoder layers and stacks, grouped-query
 attention and DecoderLM with each position scheme, GQA, MQA and a window, with and without the KV
-cache, in training and eval mode.
+cache (and with the static cache of compiled decoding), in training and eval mode.
 """
 
 import functools
@@ -189,13 +189,14 @@ def language_model(**options):
     return module, (), lambda m: m(ids)
 
 
-def language_model_cached(**options):
-    """The prompt, then one token, then three, through the KV cache (inference only)."""
+def language_model_cached(static=False, **options):
+    """The prompt, then one token, then three, through the KV cache, or the static cache of
+    compiled decoding (inference only)."""
     module = randomised(DecoderLM(V, E, H, 2, 32, MAX_LEN, **options))
     ids = torch.randint(0, V, (B, 9), generator=torch.Generator().manual_seed(11))
 
     def run(m):
-        cache = m.new_cache(B)
+        cache = m.new_cache(B, static=static)
         with torch.no_grad():
             return [m(ids[:, a:b], cache=cache) for a, b in ((0, 5), (5, 6), (6, 9))]
 
@@ -238,6 +239,10 @@ CASES = {
     },
     **{
         f"DecoderLM {name} cached": functools.partial(language_model_cached, **o)
+        for name, o in LM_OPTIONS.items()
+    },
+    **{
+        f"DecoderLM {name} static cache": functools.partial(language_model_cached, True, **o)
         for name, o in LM_OPTIONS.items()
     },
 }
