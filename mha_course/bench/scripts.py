@@ -8,7 +8,7 @@ row per case with the two medians and their ratio, ours / theirs.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
