@@ -292,8 +292,9 @@ def exercise(
 
 
 def snake_case(name: str) -> str:
-    """``MultiHeadAttention`` -> ``multi_head_attention``, ``CharLM`` -> ``char_lm``."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    """``MultiHeadAttention`` -> ``multi_head_attention``; an acronym is one word:
+    ``RMSNorm`` -> ``rms_norm``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 _KNOWN_CRASHES = (
