@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ._validate import shape_str
-from .triton_attention import (
+from .triton_runtime import (
     LOG2_E,
     _in_mode,
     _kernels,

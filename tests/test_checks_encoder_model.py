@@ -208,7 +208,7 @@ def test_encoder_model_parts_sizes_super_init_tuple_and_not_done(capsys):
         def __init__(self, *sizes):
             self.embed = nn.Embedding(3, 4)
 
-    fails_with(check_encoder_model, NoSuper, "does not call super().__init__()")
+    fails_with(check_encoder_model, NoSuper, "own __init__ (through super) must run first")
 
     class ReturnsTuple(reference.EncoderModel):
         def forward(self, tokens, padding):

@@ -94,7 +94,7 @@ WRONG_ANSWERS = [
         """),
         "scores = query @ key.T / math.sqrt(query.size(-1))",  # the learner's line that raised
     ),
-    (mha(MHA_FORWARD, MHA_INIT.replace("super().__init__()", "pass")), "super().__init__()"),
+    (mha(MHA_FORWARD, MHA_INIT.replace("super().__init__()", "pass")), "through super"),
     (mha(MHA_FORWARD.replace("math.sqrt(E // self.num_heads)", "math.sqrt(d_k)")), "`d_k`"),
     (
         mha(MHA_FORWARD.replace("~attn_mask", "~attn_mask.unsqueeze(1)")),

@@ -23,15 +23,15 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-from .._validate import shape_str
 from ..work import last_run
-from ._failure import CellDidNotRun, ExerciseFailure, NotDoneYet, _error_text, error_line
-from ._inspect import Helper, exercise_helpers, frame_lines, library_call, notebook_variable
+from ._calls import _describe, call_candidate, call_with_mask, crashed
+from ._failure import CellDidNotRun, ExerciseFailure, NotDoneYet, error_line
+from ._inspect import Helper, exercise_helpers, library_call, notebook_variable
 from ._registry import REGISTRY, Exercise, find, register
+from ._table import Mistake, run
 from ._verdict import evaluate
 
 __all__ = [
@@ -47,15 +47,6 @@ __all__ = [
     "error_line",
     "call_with_mask",
 ]
-
-
-@dataclass(frozen=True)
-class Mistake:
-    """A classic wrong version of an exercise and what to tell the learner who made it."""
-
-    name: str
-    run: Callable  # same signature as the candidate's call in the case
-    explanation: str
 
 
 class Checker:
@@ -279,7 +270,6 @@ def exercise(
 
     if table is None:
         return decorate
-    from ._table import run  # the table's loop (it imports this module's primitives)
 
     def run_table(candidate) -> int:
         return run(candidate, table, name)
@@ -295,89 +285,3 @@ def snake_case(name: str) -> str:
     """``MultiHeadAttention`` -> ``multi_head_attention``; an acronym is one word:
     ``RMSNorm`` -> ``rms_norm``."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
-
-
-_KNOWN_CRASHES = (
-    (
-        "before Module.__init__() call",
-        "your __init__ does not call super().__init__() before creating its layers: make "
-        "super().__init__() the first line of __init__.",
-    ),
-    (
-        "on a bool tensor is not supported",
-        "a minus sign does not invert a bool mask: the logical not does (the ~ operator).",
-    ),
-    (
-        "with a bool tensor is not supported",
-        "one minus a bool mask is no inverted mask: the logical not is (the ~ operator).",
-    ),
-)
-
-
-def _known_crash(error: BaseException) -> str | None:
-    return next((why for text, why in _KNOWN_CRASHES if text in str(error)), None)
-
-
-def crashed(case: str | None, error: BaseException, hint: str = "", inputs: str = ""):
-    """The failure to raise (``from error``) when the learner's code raised ``error``: the case,
-    the error, the learner's line that raised it, the inputs and the likely cause."""
-    hint = (
-        _known_crash(error)
-        or hint
-        or "a shape mix-up; print the shapes inside your code, step by step."
-    )
-    lines = [
-        ("" if case is None else f"Case {case!r}: ") + f"your code raised {_error_text(error)}"
-    ]
-    lines += frame_lines(error)
-    if inputs:
-        lines.append(f"  inputs: {inputs}")
-    lines.append(f"Likely cause: {hint}")
-    return ExerciseFailure("\n".join(lines))
-
-
-def call_candidate(candidate: Callable, case: str, *args, crash_hint: str = "", **kwargs):
-    """Call the learner's code; turn NotImplementedError into NotDoneYet and a crash into a
-    failure that says which case crashed, where, with what inputs, and (``crash_hint``) what to
-    look at."""
-    try:
-        return candidate(*args, **kwargs)
-    except NotImplementedError:
-        raise NotDoneYet() from None
-    except Exception as error:  # the learner's bug: report it with the case that triggered it
-        inputs = ", ".join(
-            [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()]
-        )
-        raise crashed(case, error, crash_hint, inputs) from error
-
-
-def call_with_mask(candidate, case: str, *args, attn_mask, crash_hint: str, mask_hint: str):
-    """:func:`call_candidate` with ``attn_mask=attn_mask``; when the learner's code crashes with
-    the mask and runs without it, the likely cause is ``mask_hint``."""
-    try:
-        return call_candidate(candidate, case, *args, attn_mask=attn_mask, crash_hint=crash_hint)
-    except ExerciseFailure as failure:
-        error = failure.raised
-        if attn_mask is None or error is None or _known_crash(error) or not _runs(candidate, *args):
-            raise
-        raise failure.with_cause(mask_hint) from error
-
-
-def _runs(candidate: Callable, *args) -> bool:
-    try:
-        with torch.no_grad():
-            candidate(*args)
-    except Exception:
-        return False
-    return True
-
-
-def _describe(x, equals: bool = False) -> str:
-    """``tensor(2, 4)``, ``8``, ``Linear``; with ``equals``: ``a tensor(2, 4)``, ``= 8``, ``a Linear``."""
-    if isinstance(x, torch.Tensor):
-        text = f"tensor{shape_str(x.shape)}" + ("" if x.is_floating_point() else f" {x.dtype}")
-    elif x is None or isinstance(x, (int, float, bool, str)):
-        return f"= {x!r}" if equals else repr(x)
-    else:
-        text = type(x).__name__
-    return f"a {text}" if equals else text

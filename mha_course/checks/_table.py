@@ -38,7 +38,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from .._validate import shape_str
-from ._core import Mistake, call_candidate
+from ._calls import call_candidate
 from ._failure import (
     ExerciseFailure,
     close,
@@ -49,6 +49,7 @@ from ._failure import (
 )
 
 __all__ = [
+    "Mistake",
     "Case",
     "Out",
     "Table",
@@ -67,6 +68,15 @@ __all__ = [
 ]
 
 Hint = str | Callable[..., str | None] | None
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A classic wrong version of an exercise and what to tell the learner who made it."""
+
+    name: str
+    run: Callable  # same signature as the candidate's call in the case
+    explanation: str
 
 
 @dataclass(frozen=True)
