@@ -20,10 +20,10 @@ from checker_helpers import fails_with, not_done, passes
 
 def model_class(forward=None, make_layers=None, table="buffer"):
     """An EncoderModel with the skeleton's parts; ``forward(self, tokens, padding)`` and
-    ``make_layers(d_model, num_heads, d_ff, n)`` replace the reference's."""
+    ``make_layers(d_model, nhead, dim_feedforward, n)`` replace the reference's."""
 
     class EncoderModel(nn.Module):
-        def __init__(self, vocab_size, max_len, d_model, num_heads, d_ff, num_layers):
+        def __init__(self, vocab_size, d_model, nhead, num_layers, dim_feedforward, max_len):
             super().__init__()
             self.embed = nn.Embedding(vocab_size, d_model)
             pe = positional_encoding(max_len, d_model)
@@ -36,7 +36,7 @@ def model_class(forward=None, make_layers=None, table="buffer"):
             make = make_layers or (
                 lambda d, h, f, n: nn.ModuleList(reference.EncoderLayer(d, h, f) for _ in range(n))
             )
-            self.layers = make(d_model, num_heads, d_ff, num_layers)
+            self.layers = make(d_model, nhead, dim_feedforward, num_layers)
             self.readout = nn.Linear(d_model, vocab_size)
 
         def forward(self, tokens, padding):
@@ -190,22 +190,22 @@ def test_encoder_model_names_each_structural_mistake(make_layers, table, phrases
 
 def test_encoder_model_parts_sizes_super_init_tuple_and_not_done(capsys):
     class NoReadout(reference.EncoderModel):
-        def __init__(self, *sizes):
-            super().__init__(*sizes)
+        def __init__(self, **sizes):
+            super().__init__(**sizes)
             self.head = self.readout
             del self.readout
 
     fails_with(check_encoder_model, NoReadout, "has no attribute `readout`", "nn.Linear")
 
     class PaddingRow(reference.EncoderModel):
-        def __init__(self, vocab_size, *sizes):
-            super().__init__(vocab_size, *sizes)
+        def __init__(self, vocab_size, **sizes):
+            super().__init__(vocab_size, **sizes)
             self.embed = nn.Embedding(vocab_size + 1, self.embed.embedding_dim)
 
     fails_with(check_encoder_model, PaddingRow, "self.embed maps 8 -> 8, expected 7 -> 8")
 
     class NoSuper(nn.Module):
-        def __init__(self, *sizes):
+        def __init__(self, **sizes):
             self.embed = nn.Embedding(3, 4)
 
     fails_with(check_encoder_model, NoSuper, "own __init__ (through super) must run first")
@@ -217,8 +217,19 @@ def test_encoder_model_parts_sizes_super_init_tuple_and_not_done(capsys):
     fails_with(check_encoder_model, ReturnsTuple, "got tuple")
 
     class Skeleton(nn.Module):
-        def __init__(self, *sizes):
+        def __init__(self, **sizes):
             super().__init__()
             raise NotImplementedError
 
     not_done(check_encoder_model, Skeleton, capsys)
+
+
+def test_encoder_model_is_built_with_torchs_argument_names():
+    """The model is built with keywords, torch's names: the older skeleton's names crash with
+    the argument the check passed."""
+
+    class OldNames(reference.EncoderModel):
+        def __init__(self, vocab_size, max_len, d_model, num_heads, d_ff, num_layers):
+            super().__init__(vocab_size, d_model, num_heads, num_layers, d_ff, max_len)
+
+    fails_with(check_encoder_model, OldNames, "unexpected keyword argument", "keep the skeleton")

@@ -685,7 +685,7 @@ def test_encoder_layer_structure_problems():
         check_encoder_layer,
         WrongWidth,
         "linear1.weight has shape (64, 16), expected (32, 16)",
-        "a Linear from d_model = 16 to d_ff = 32 features",
+        "a Linear from d_model = 16 to dim_feedforward = 32 features",
     )
 
     class NoBias(encoder_class(post_ln)):

@@ -28,6 +28,11 @@ _KNOWN_CRASHES = (
         "with a bool tensor is not supported",
         "one minus a bool mask is no inverted mask: the logical not is (the ~ operator).",
     ),
+    (
+        "got an unexpected keyword argument",
+        "an argument name that the function called does not take. The check passes the names of "
+        "the exercise's signature (torch's, where it has them): keep the skeleton's names.",
+    ),
 )
 
 

@@ -28,8 +28,8 @@ class EncoderLayer(nn.Module):
     def __init__(
         self,
         d_model,
-        num_heads,
-        d_ff,
+        nhead,
+        dim_feedforward,  # d_ff in the paper
         dropout=0.0,
         norm_first=False,
         *,
@@ -38,7 +38,8 @@ class EncoderLayer(nn.Module):
         activation=torch.relu,
     ):
         super().__init__()
-        self.self_attn = (mha_class or reference.MultiHeadAttention)(d_model, num_heads)
+        d_ff = dim_feedforward
+        self.self_attn = (mha_class or reference.MultiHeadAttention)(d_model, nhead)
         self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
         self.norm1, self.norm2 = norm_class(d_model), norm_class(d_model)
         self.dropout, self.norm_first, self.activation = nn.Dropout(dropout), norm_first, activation
@@ -181,13 +182,13 @@ def _layer_mistakes(case: Case):
 # ---------------------------------------------------------------- the cases
 
 
-def _torch_layer(d_model, num_heads, d_ff, seed, norm_first):
+def _torch_layer(d_model, nhead, dim_feedforward, seed, norm_first):
     """torch's ReLU layer, float64, every parameter random (the norms' and the biases too, so
     that swapping norm1 and norm2 or dropping a bias shows)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         layer = nn.TransformerEncoderLayer(
-            d_model, num_heads, d_ff, 0.0, batch_first=True, norm_first=norm_first
+            d_model, nhead, dim_feedforward, 0.0, batch_first=True, norm_first=norm_first
         ).double()
         with torch.no_grad():
             for p in (layer.self_attn.in_proj_bias, layer.self_attn.out_proj.bias):
@@ -208,10 +209,8 @@ def _layer_cases():
         options = {"dropout": dropout} | ({"norm_first": True} if norm_first else {})
         return (randn(*shape), mask, t), {}, {"sizes": (d_model, heads, d_ff), "options": options}
 
-    yield Case("d_model=16, 4 heads, d_ff=32; a batch (2, 5, 16)", *data((2, 5, 16), 16, 4, 32))
-    yield Case(
-        "d_model=12, 3 heads, d_ff=20; one sentence (1, 7, 12)", *data((1, 7, 12), 12, 3, 20)
-    )
+    yield Case("nhead=4, dim_feedforward=32; x (2, 5, 16)", *data((2, 5, 16), 16, 4, 32))
+    yield Case("nhead=3, dim_feedforward=20; x (1, 7, 12)", *data((1, 7, 12), 12, 3, 20))
     yield Case("causal mask (6, 6), True = may attend", *data((2, 6, 16), 16, 2, 24, causal))
     yield Case(
         "padding mask (2, 1, 1, 6), True = may attend: the last 2 tokens of sentence 2 are padding",
@@ -261,13 +260,13 @@ def _load(layer: nn.Module, t: nn.TransformerEncoderLayer, case: str) -> None:
     else:
         raise ExerciseFailure(
             f"Case {case!r}: self_attn ({type(attn).__name__}) has no q_proj, k_proj, v_proj: it "
-            "is your MultiHeadAttention of lesson 02, built from d_model and num_heads."
+            "is your MultiHeadAttention of lesson 02, built from d_model and nhead."
         )
     norm = f"a LayerNorm over d_model = {E} features"
     for owner, name, made in (
         (attn, "out_proj", square),
-        (layer, "linear1", f"a Linear from d_model = {E} to d_ff = {d_ff} features"),
-        (layer, "linear2", f"a Linear from d_ff = {d_ff} to d_model = {E} features"),
+        (layer, "linear1", f"a Linear from d_model = {E} to dim_feedforward = {d_ff} features"),
+        (layer, "linear2", f"a Linear from dim_feedforward = {d_ff} to d_model = {E} features"),
         (layer, "norm1", norm),
         (layer, "norm2", norm),
     ):
@@ -300,7 +299,7 @@ def _call_layer(candidate, case: Case, table: Table):
 
 _CRASH = (
     "a shape mix-up: self_attn gives a pair (output, weights), linear1 goes from d_model to "
-    "d_ff features and linear2 back."
+    "dim_feedforward features and linear2 back."
 )
 
 
@@ -360,7 +359,7 @@ def _takes_norm_first(candidate) -> bool:
     own_work=ENCODER_ROUTINES,
 )
 def check_encoder_layer(candidate) -> int:
-    """Check ``candidate(d_model, num_heads, d_ff, dropout=0.0, norm_first=False)`` against
+    """Check ``candidate(d_model, nhead, dim_feedforward, dropout=0.0, norm_first=False)`` against
     torch.nn.TransformerEncoderLayer with the same weights: post-LN, and pre-LN too when its
     signature takes ``norm_first``."""
     pre_ln = _takes_norm_first(candidate)

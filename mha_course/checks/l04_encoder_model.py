@@ -35,11 +35,11 @@ class EncoderModel(nn.Module):
     def __init__(
         self,
         vocab_size,
-        max_len,
         d_model,
-        num_heads,
-        d_ff,
+        nhead,
         num_layers,
+        dim_feedforward,
+        max_len,
         *,
         layer_class=EncoderLayer,
         positional_encoding=positional.positional_encoding,
@@ -48,7 +48,7 @@ class EncoderModel(nn.Module):
         self.embed = nn.Embedding(vocab_size, d_model)
         self.register_buffer("pe", positional_encoding(max_len, d_model))  # fixed, not trained
         self.layers = nn.ModuleList(
-            layer_class(d_model, num_heads, d_ff) for _ in range(num_layers)
+            layer_class(d_model, nhead, dim_feedforward) for _ in range(num_layers)
         )
         self.readout = nn.Linear(d_model, vocab_size)
 
@@ -87,6 +87,7 @@ def _model(tokens, padding, model, flaw: str = ""):
 
 
 _MASK = "True where a query may attend, (B, 1, 1, L)"
+_ARGS = ("vocab_size", "d_model", "nhead", "num_layers", "dim_feedforward", "max_len")
 _MODEL_WHY = {
     "no positional encoding": "Step 1 has no positional encoding: X' is the embeddings plus the "
     "first L rows of the PE table.",
@@ -117,31 +118,30 @@ def _model_cases():
     g, seeds = torch.Generator().manual_seed(44), iter(range(100))
 
     def data(sizes, shape, lengths):  # (args, kwargs, extra) of a Case
-        tokens = torch.randint(0, sizes[0], shape, generator=g)
+        sizes = dict(zip(_ARGS, sizes, strict=True))  # the model is built with keywords
+        tokens = torch.randint(0, sizes["vocab_size"], shape, generator=g)
         padding = torch.arange(shape[1]) >= torch.tensor(lengths)[:, None]  # True at the pads
-        pe = positional.positional_encoding(sizes[1], sizes[2])
+        pe = positional.positional_encoding(sizes["max_len"], sizes["d_model"])
         model = types.SimpleNamespace(pe=pe)  # the learner's parts go in: embed, layers, readout
         return (tokens, padding, model), {}, {"sizes": sizes, "seed": next(seeds)}
 
     yield Case(
-        "vocab_size 7, max_len 8, d_model 8, 2 heads, d_ff 16, 2 layers; tokens (2, 6), the last "
-        "2 of sequence 1 are padding",
-        *data((7, 8, 8, 2, 16, 2), (2, 6), [6, 4]),
+        "vocab_size 7, d_model 8, nhead 2, num_layers 2, dim_feedforward 16, max_len 8; tokens "
+        "(2, 6), the last 2 of sequence 1 are padding",
+        *data((7, 8, 2, 2, 16, 8), (2, 6), [6, 4]),
     )
-    yield Case(
-        "3 layers; tokens (3, 5), no padding at all", *data((9, 8, 8, 2, 16, 3), (3, 5), [5, 5, 5])
-    )
+    yield Case("3 layers; tokens (3, 5), no padding", *data((9, 8, 2, 3, 16, 8), (3, 5), [5, 5, 5]))
     yield Case(
         "1 layer, d_model 4, 1 head; tokens (2, 10) as long as max_len, padding in both",
-        *data((5, 10, 4, 1, 8, 1), (2, 10), [7, 3]),
+        *data((5, 4, 1, 1, 8, 10), (2, 10), [7, 3]),
     )
     yield Case(
         "4 layers, d_model 12, 3 heads; tokens (3, 4), shorter than max_len 9",
-        *data((11, 9, 12, 3, 24, 4), (3, 4), [4, 2, 3]),
+        *data((11, 12, 3, 4, 24, 9), (3, 4), [4, 2, 3]),
     )
 
 
-def _require_parts(model: nn.Module, case: str, vocab_size: int, d_model: int) -> list:
+def _require_parts(model: nn.Module, case: str, vocab_size: int, d_model: int, **_) -> list:
     """``model.embed`` and ``model.readout``: an nn.Embedding and an nn.Linear of the right sizes."""
     found = []
     for name, kind, n_in, n_out, expected in (
@@ -220,10 +220,10 @@ def _require_fixed_table(model: nn.Module, case: str, table: torch.Tensor) -> No
 
 def _call_model(candidate, case: Case, table: Table):
     tokens, padding, parts = case.args
-    vocab_size, max_len, d_model, *_, num_layers = sizes = case.extra["sizes"]
-    model = build_module(candidate, case, sizes).eval()
-    parts.embed, parts.readout = _require_parts(model, case.name, vocab_size, d_model)
-    parts.layers = _layers(model, num_layers, case.name)
+    sizes = case.extra["sizes"]
+    model = build_module(candidate, case, (), **sizes).eval()
+    parts.embed, parts.readout = _require_parts(model, case.name, **sizes)
+    parts.layers = _layers(model, sizes["num_layers"], case.name)
     _require_fixed_table(model, case.name, parts.pe)
     g = torch.Generator().manual_seed(case.extra["seed"])
     with torch.no_grad():  # each layer's weights its own way, so that which layer ran where shows
@@ -245,7 +245,7 @@ _MODEL_CRASH = (
 
 
 def _scores_shape(got, case: Case) -> str:
-    vocab_size, _, d_model = case.extra["sizes"][:3]
+    vocab_size, d_model = case.extra["sizes"]["vocab_size"], case.extra["sizes"]["d_model"]
     if got.dim() == 3 and got.size(-1) == d_model != vocab_size:
         return "your scores have d_model features: the read-out is missing."
     return "one score per token of the vocabulary at every position: (B, L, vocab_size)."
