@@ -123,3 +123,19 @@ def test_no_notebook_links_to_a_missing_file():
                 assert (path.parent / target.split("#")[0]).exists(), (
                     f"{path.name}: broken link {target}"
                 )
+
+
+def test_clean_joins_a_stream_sent_in_pieces():
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell("print('a'); print('b')")
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="a\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="b\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="c\n"),
+    ]
+    nb = authoring.clean(nbformat.v4.new_notebook(cells=[cell]))
+    assert [(o.name, o.text) for o in nb.cells[0].outputs] == [
+        ("stdout", "a\nb\n"),
+        ("stderr", "c\n"),
+    ]

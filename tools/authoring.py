@@ -229,7 +229,8 @@ def stamp_setup_cell(nb) -> bool:
 
 
 def clean(nb):
-    """Clean metadata: the python3 kernelspec, no widget state, no timing metadata."""
+    """Clean metadata: the python3 kernelspec, no widget state, no timing metadata, each
+    stream's consecutive pieces of output as one."""
     nb.metadata = {
         "kernelspec": dict(KERNELSPEC),
         "language_info": {"name": "python", "pygments_lexer": "ipython3"},
@@ -240,7 +241,25 @@ def clean(nb):
         if cell.cell_type == "code":
             for output in cell.get("outputs", []):
                 output.get("metadata", {}).pop("execution", None)
+            cell.outputs = _coalesced(cell.get("outputs", []))
     return nb
+
+
+def _coalesced(outputs: list) -> list:
+    """Consecutive outputs to the same stream as one (a busy kernel sends a print in pieces)."""
+    merged = []
+    for output in outputs:
+        last = merged[-1] if merged else None
+        if (
+            output.get("output_type") == "stream"
+            and last is not None
+            and last.get("output_type") == "stream"
+            and last.get("name") == output.get("name")
+        ):
+            last["text"] = last["text"] + output["text"]
+        else:
+            merged.append(output)
+    return merged
 
 
 def clean_file(path: Path) -> bool:
