@@ -105,7 +105,7 @@ def row(comparison, B, heads, L, is_causal, device, dtype) -> str:
         if runnable(name, call, q, k, v, is_causal, expected)
     }
     with torch.no_grad():
-        seconds = comparison.all_medians(calls)
+        seconds = comparison.timings(calls)
     work = 4 * B * heads * L * L * D / (2 if is_causal else 1)
     rate = {name: work / seconds.get(name, math.nan) / 1e12 for name in IMPLEMENTATIONS}
     cells = "".join(f"{rate[name]:>12.3g}" for name in IMPLEMENTATIONS)

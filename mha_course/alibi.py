@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ._validate import require_positive_int
 
-__all__ = ["alibi_slopes", "alibi_bias", "bias_from_slopes"]
+__all__ = ["alibi_slopes", "alibi_bias", "bias_from_slopes", "bias_from_distance"]
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
@@ -60,8 +60,13 @@ def alibi_bias(
 def bias_from_slopes(slopes: Tensor, L: int, S: int, *, offset: int = 0) -> Tensor:
     """:func:`alibi_bias` from the slopes (H,), already on their device and in their dtype: what a
     model's forward calls, with the slopes kept in a buffer (no copy from the host per call)."""
-    exact = torch.promote_types(slopes.dtype, torch.float32)  # float16 rounds distances > 2048
     queries = torch.arange(L, device=slopes.device)[:, None] + offset  # (L, 1)
     keys = torch.arange(S, device=slopes.device)[None, :]  # (1, S)
-    distance = (queries - keys).to(exact)  # (L, S): i - j
-    return (-slopes.to(exact)[:, None, None] * distance).to(slopes.dtype)  # (H, L, S)
+    return bias_from_distance(slopes, queries - keys)  # (H, L, S)
+
+
+def bias_from_distance(slopes: Tensor, distance: Tensor) -> Tensor:
+    """-m_h · distance for the slopes (H,) and integer distances (L, S) between query and key
+    (i - j), in the slopes' dtype: (H, L, S)."""
+    exact = torch.promote_types(slopes.dtype, torch.float32)  # float16 rounds distances > 2048
+    return (-slopes.to(exact)[:, None, None] * distance.to(exact)).to(slopes.dtype)

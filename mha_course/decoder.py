@@ -13,23 +13,31 @@ A decoder layer is three sub-layers, each wrapped in a residual connection and a
 (True = masked **out**), plus ``need_weights=True`` to see every head's self- and
 cross-attention weights. ``batch_first`` defaults to True here.
 
-As in the encoder, the forwards check the inputs and convert the masks once
-(:mod:`mha_course.masks`); the layers' ``_forward`` check nothing.
+As in the encoder, a layer's work is split at the door: :meth:`DecoderLayer.prepare` checks the
+inputs and converts the masks once (:mod:`mha_course.masks`), :meth:`DecoderLayer.forward_prepared`
+checks nothing, and a stack prepares once with its first layer.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from . import masks
-from ._validate import require_divisible, require_positive_int, require_probability, shape_str
-from .encoder import _activation, check_sequence, copy_norm, settings_from_torch
+from ._validate import shape_str
+from .encoder import (
+    LayerStack,
+    _activation,
+    check_sequence,
+    feed_forward_layers,
+    require_layer_sizes,
+    settings_from_torch,
+    unbatch,
+)
 from .layernorm import LayerNorm
-from .multihead import MultiHeadAttention
+from .multihead import MultiHeadAttention, batch_and_length
 
 __all__ = ["DecoderLayer", "Decoder"]
 
@@ -59,18 +67,14 @@ class DecoderLayer(nn.Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        require_positive_int("d_model", d_model)
-        require_positive_int("nhead", nhead)
-        require_positive_int("dim_feedforward", dim_feedforward)
-        require_probability("dropout", dropout)
-        require_divisible("d_model", d_model, "nhead", nhead)
+        require_layer_sizes(d_model, dim_feedforward, dropout, nhead)
         factory = {"device": device, "dtype": dtype}
         attention = {"dropout": dropout, "bias": bias, "batch_first": batch_first, **factory}
         self.self_attn = MultiHeadAttention(d_model, nhead, **attention)
         self.multihead_attn = MultiHeadAttention(d_model, nhead, **attention)  # cross-attention
-        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
-        self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **factory)
+        self.linear1, self.dropout, self.linear2 = feed_forward_layers(
+            d_model, dim_feedforward, dropout, bias, factory
+        )
 
         self.norm_first = norm_first
         norm = {"eps": layer_norm_eps, "bias": bias, **factory}
@@ -107,27 +111,30 @@ class DecoderLayer(nn.Module):
         """The layer's output, same shape as ``tgt``; with ``need_weights=True`` also the
         weights of every head, ``(self-attention (B, nhead, T, T), cross-attention (B, nhead,
         T, S))``. ``tgt_is_causal=True`` without ``tgt_mask`` builds the causal mask."""
-        x, mem, self_mask, cross_mask = self._prepare(
+        x, mem, self_mask, cross_mask = self.prepare(
             tgt,
             memory,
             (tgt_mask, tgt_key_padding_mask, tgt_is_causal),
             (memory_mask, memory_key_padding_mask, memory_is_causal),
         )
-        x, weights = self._forward(x, mem, self_mask, cross_mask, need_weights)
+        x, weights = self.forward_prepared(x, mem, self_mask, cross_mask, need_weights=need_weights)
         if tgt.dim() == 2:  # one sequence: drop its batch of one again
-            x = x.squeeze(0 if self.batch_first else 1)
+            x = unbatch(x, self.batch_first)
             weights = tuple(None if w is None else w[0] for w in weights)
         return (x, weights) if need_weights else x
 
-    def _forward(
+    def forward_prepared(
         self,
         x: torch.Tensor,
         memory: torch.Tensor,
         self_mask: masks.AttentionMask,
         cross_mask: masks.AttentionMask,
-        need_weights: bool,
+        *,
+        need_weights: bool = False,
     ):
-        """The layer without its checks: batched inputs in the layer's layout, canonical masks."""
+        """The layer without its checks: batched inputs in the layer's layout and canonical
+        masks, as :meth:`prepare` returns them; back ``(output, (self-attention weights,
+        cross-attention weights))``, each None unless ``need_weights``."""
         if self.norm_first:
             attended, self_weights = self._sa_block(self.norm1(x), self_mask, need_weights)
             x = x + attended
@@ -144,12 +151,14 @@ class DecoderLayer(nn.Module):
 
     def _sa_block(self, x, mask: masks.AttentionMask, need_weights: bool):
         """Self-attention over the target: queries, keys and values all come from x."""
-        out, weights = self.self_attn._attend(x, x, x, mask, need_weights)
+        out, weights = self.self_attn.attend(x, x, x, mask, need_weights=need_weights)
         return self.dropout1(out), weights
 
     def _mha_block(self, x, memory, mask: masks.AttentionMask, need_weights: bool):
         """Cross-attention: the decoder's queries read the encoder's keys and values."""
-        out, weights = self.multihead_attn._attend(x, memory, memory, mask, need_weights)
+        out, weights = self.multihead_attn.attend(
+            x, memory, memory, mask, need_weights=need_weights
+        )
         return self.dropout2(out), weights
 
     def _ff_block(self, x: torch.Tensor) -> torch.Tensor:
@@ -157,9 +166,10 @@ class DecoderLayer(nn.Module):
 
     # ------------------------------------------------------------------ the boundary
 
-    def _prepare(self, tgt, memory, self_masks, cross_masks):
+    def prepare(self, tgt, memory, self_masks=(None, None, False), cross_masks=(None, None, False)):
         """Check the inputs and masks; return both inputs batched and the two masks (each given
-        as ``(attn_mask, key_padding_mask, is_causal)``) in canonical form."""
+        as ``(attn_mask, key_padding_mask, is_causal)``, as :meth:`forward` takes them) in
+        canonical form."""
         check_sequence("tgt", tgt, self.d_model, self.batch_first, self.linear1.weight.dtype)
         check_sequence("memory", memory, self.d_model, self.batch_first, self.linear1.weight.dtype)
         if tgt.dim() != memory.dim():
@@ -170,7 +180,7 @@ class DecoderLayer(nn.Module):
         batched = tgt.dim() == 3
         dim = 0 if self.batch_first else 1
         x, mem = (tgt, memory) if batched else (tgt.unsqueeze(dim), memory.unsqueeze(dim))
-        (B, T), (B_mem, S) = (self.self_attn._batch_and_length(t) for t in (x, mem))
+        (B, T), (B_mem, S) = (batch_and_length(t, self.batch_first) for t in (x, mem))
         if B != B_mem:
             raise ValueError(
                 f"tgt and memory must have the same batch size, got shapes {shape_str(tgt.shape)} "
@@ -191,30 +201,16 @@ class DecoderLayer(nn.Module):
         return x, mem, *canonical
 
 
-class Decoder(nn.Module):
+class Decoder(LayerStack):
     """A stack of ``num_layers`` copies of ``decoder_layer`` (each with its own weights), then an
     optional final ``norm``. Mirrors ``torch.nn.TransformerDecoder``."""
+
+    TORCH, LAYER, ARGUMENT = nn.TransformerDecoder, DecoderLayer, "decoder"
 
     def __init__(
         self, decoder_layer: nn.Module, num_layers: int, norm: nn.Module | None = None
     ) -> None:
-        super().__init__()
-        require_positive_int("num_layers", num_layers)
-        self.layers = nn.ModuleList(copy.deepcopy(decoder_layer) for _ in range(num_layers))
-        self.num_layers = num_layers
-        self.norm = norm
-
-    @classmethod
-    def from_torch(cls, decoder: nn.TransformerDecoder) -> Decoder:
-        """A copy of a ``torch.nn.TransformerDecoder`` (its layers and final norm) with its weights."""
-        if not isinstance(decoder, nn.TransformerDecoder):
-            raise TypeError(
-                f"decoder must be a torch.nn.TransformerDecoder, got {type(decoder).__name__}"
-            )
-        norm = copy_norm(decoder.norm)
-        ours = cls(DecoderLayer.from_torch(decoder.layers[0]), decoder.num_layers, norm=norm)
-        ours.load_state_dict(decoder.state_dict())
-        return ours.train(decoder.training)
+        super().__init__(decoder_layer, num_layers, norm)
 
     def forward(
         self,
@@ -233,8 +229,7 @@ class Decoder(nn.Module):
         every layer's ``(self-attention, cross-attention)`` weights. The inputs are checked and
         the masks converted once, here. torch's ``tgt_is_causal=None`` (find out by comparing
         ``tgt_mask`` with the causal mask) counts as False: the flag is only a hint."""
-        first = self.layers[0]
-        x, mem, self_mask, cross_mask = first._prepare(
+        x, mem, self_mask, cross_mask = self.layers[0].prepare(
             tgt,
             memory,
             (tgt_mask, tgt_key_padding_mask, bool(tgt_is_causal)),
@@ -242,11 +237,11 @@ class Decoder(nn.Module):
         )
         all_weights = []
         for layer in self.layers:
-            x, weights = layer._forward(x, mem, self_mask, cross_mask, need_weights)
+            x, weights = layer.forward_prepared(
+                x, mem, self_mask, cross_mask, need_weights=need_weights
+            )
             all_weights.append(weights)
-        if self.norm is not None:
-            x = self.norm(x)
+        x = self._final(x, batched=tgt.dim() == 3)
         if tgt.dim() == 2:
-            x = x.squeeze(0 if first.batch_first else 1)
             all_weights = [tuple(None if w is None else w[0] for w in ws) for ws in all_weights]
         return (x, all_weights) if need_weights else x

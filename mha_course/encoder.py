@@ -14,9 +14,11 @@ residual path untouched: X + MultiHead(LayerNorm(X)), then Z + FFN(LayerNorm(Z))
 (True = masked **out**, as torch.nn.MultiheadAttention), plus ``need_weights=True`` to see every
 head's attention weights.
 
-The forwards check the input and the masks and convert the masks once (:mod:`mha_course.masks`);
-the layers' ``_forward`` and the attention under it check nothing, so a stack of six layers
-converts its padding mask once, not six times.
+Each layer's work is split at the door, in two public steps: :meth:`EncoderLayer.prepare` checks
+the input and the masks and converts the masks once (:mod:`mha_course.masks`);
+:meth:`EncoderLayer.forward_prepared` and the attention under it (its ``attend``) check nothing. So
+a stack of six layers prepares once, with its first layer, and converts its padding mask once,
+not six times. :class:`LayerStack` is the stack, the same for the encoder and the decoder.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ from ._validate import (
     shape_str,
 )
 from .layernorm import LayerNorm
-from .multihead import MultiHeadAttention
+from .multihead import MultiHeadAttention, batch_and_length
 
-__all__ = ["EncoderLayer", "Encoder"]
+__all__ = ["EncoderLayer", "Encoder", "LayerStack"]
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -56,6 +58,29 @@ def _activation(activation) -> Callable[[torch.Tensor], torch.Tensor]:
     if not callable(activation):
         raise TypeError(f"activation must be a str or a callable, got {type(activation).__name__}")
     return activation
+
+
+def require_layer_sizes(d_model, dim_feedforward, dropout, nhead=None) -> None:
+    """A layer's sizes are positive ints, d_model a multiple of nhead; dropout a probability."""
+    require_positive_int("d_model", d_model)
+    if nhead is not None:
+        require_positive_int("nhead", nhead)
+    require_positive_int("dim_feedforward", dim_feedforward)
+    require_probability("dropout", dropout)
+    if nhead is not None:
+        require_divisible("d_model", d_model, "nhead", nhead)
+
+
+def feed_forward_layers(
+    d_model: int, dim_feedforward: int, dropout: float, bias: bool, factory: dict
+) -> tuple[nn.Linear, nn.Dropout, nn.Linear]:
+    """The feed-forward network's layers, torch's ``linear1``, ``dropout``, ``linear2``:
+    d_model -> dim_feedforward -> d_model, applied to each token."""
+    return (
+        nn.Linear(d_model, dim_feedforward, bias=bias, **factory),
+        nn.Dropout(dropout),
+        nn.Linear(dim_feedforward, d_model, bias=bias, **factory),
+    )
 
 
 class EncoderLayer(nn.Module):
@@ -82,19 +107,14 @@ class EncoderLayer(nn.Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        require_positive_int("d_model", d_model)
-        require_positive_int("nhead", nhead)
-        require_positive_int("dim_feedforward", dim_feedforward)
-        require_probability("dropout", dropout)
-        require_divisible("d_model", d_model, "nhead", nhead)
+        require_layer_sizes(d_model, dim_feedforward, dropout, nhead)
         factory = {"device": device, "dtype": dtype}
         self.self_attn = MultiHeadAttention(
             d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **factory
         )
-        # the feed-forward network: d_model -> dim_feedforward -> d_model, applied to each token
-        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
-        self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **factory)
+        self.linear1, self.dropout, self.linear2 = feed_forward_layers(
+            d_model, dim_feedforward, dropout, bias, factory
+        )
 
         self.norm_first = norm_first
         self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
@@ -127,33 +147,31 @@ class EncoderLayer(nn.Module):
     ):
         """The layer's output, same shape as ``src``; with ``need_weights=True`` also the
         attention weights of every head, (B, nhead, L, L)."""
-        x, mask = self._prepare(src, src_mask, src_key_padding_mask, is_causal)
-        x, weights = self._forward(x, mask, need_weights)
+        x, mask = self.prepare(src, src_mask, src_key_padding_mask, is_causal)
+        x, weights = self.forward_prepared(x, mask, need_weights=need_weights)
         if src.dim() == 2:  # one sequence: drop its batch of one again
-            x, weights = self._unbatch(x), None if weights is None else weights[0]
+            x, weights = unbatch(x, self.batch_first), None if weights is None else weights[0]
         return (x, weights) if need_weights else x
 
-    def _forward(
-        self, x: torch.Tensor, mask: masks.AttentionMask, need_weights: bool, cache=None
+    def forward_prepared(
+        self, x: torch.Tensor, mask: masks.AttentionMask, *, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The layer without its checks: x batched in the layer's layout, a canonical mask, and
-        for generation the cache of this layer's keys and values (a decoder-only model's block
-        is this layer with the causal mask)."""
+        """The layer without its checks: x batched in the layer's layout and a canonical mask,
+        as :meth:`prepare` returns them; back ``(output, weights (B, nhead, L, L) or None)``."""
         if self.norm_first:
             # pre-LN: normalise each sub-layer's input, keep the residual path clean
-            attended, weights = self._sa_block(self.norm1(x), mask, need_weights, cache)
+            attended, weights = self._sa_block(self.norm1(x), mask, need_weights)
             x = x + attended
             x = x + self._ff_block(self.norm2(x))
         else:  # post-LN, the lesson's Steps 2 and 3
-            attended, weights = self._sa_block(x, mask, need_weights, cache)
+            attended, weights = self._sa_block(x, mask, need_weights)
             z = self.norm1(x + attended)  # Step 2: Z = LayerNorm(X' + MultiHead(X'))
             x = self.norm2(z + self._ff_block(z))  # Step 3: LayerNorm(FFN(Z) + Z)
         return x, weights
 
-    def _sa_block(self, x, mask: masks.AttentionMask, need_weights: bool, cache=None):
-        """Self-attention: queries, keys and values all come from x (and, with a cache, from
-        the tokens before x)."""
-        out, weights = self.self_attn._attend(x, x, x, mask, need_weights, cache)
+    def _sa_block(self, x, mask: masks.AttentionMask, need_weights: bool):
+        """Self-attention: queries, keys and values all come from x."""
+        out, weights = self.self_attn.attend(x, x, x, mask, need_weights=need_weights)
         return self.dropout1(out), weights
 
     def _ff_block(self, x: torch.Tensor) -> torch.Tensor:
@@ -162,13 +180,14 @@ class EncoderLayer(nn.Module):
 
     # ------------------------------------------------------------------ the boundary
 
-    def _prepare(self, src, src_mask, src_key_padding_mask, is_causal: bool):
-        """Check the input and the masks; return src as a batch (one sequence gets a batch of
-        one) and the masks in their canonical form, which every layer of a stack reads."""
+    def prepare(self, src, src_mask=None, src_key_padding_mask=None, is_causal: bool = False):
+        """Check the input and the masks (as :meth:`forward` takes them); return src as a batch
+        (one sequence gets a batch of one) and the masks in their canonical form, which every
+        layer of a stack reads."""
         self._check_input(src)
         batched = src.dim() == 3
         x = src if batched else src.unsqueeze(0 if self.batch_first else 1)
-        B, L = self.self_attn._batch_and_length(x)
+        B, L = batch_and_length(x, self.batch_first)
         scores = (B, self.self_attn.num_heads, L, L)  # the shape of the attention scores
         masks.require_torch_masks(
             src_mask,
@@ -185,12 +204,13 @@ class EncoderLayer(nn.Module):
         )
         return x, mask
 
-    def _unbatch(self, x: torch.Tensor) -> torch.Tensor:
-        """A batch of one sequence -> the sequence, (L, d_model)."""
-        return x.squeeze(0 if self.batch_first else 1)
-
     def _check_input(self, src: torch.Tensor) -> None:
         check_sequence("src", src, self.d_model, self.batch_first, self.linear1.weight.dtype)
+
+
+def unbatch(x: torch.Tensor, batch_first: bool) -> torch.Tensor:
+    """A batch of one sequence -> the sequence, (L, d_model)."""
+    return x.squeeze(0 if batch_first else 1)
 
 
 def check_sequence(name: str, x, d_model: int, batch_first: bool, dtype: torch.dtype) -> None:
@@ -252,7 +272,42 @@ def copy_norm(norm: nn.Module | None) -> nn.Module | None:
     return None if norm is None else copy.deepcopy(norm)
 
 
-class Encoder(nn.Module):
+class LayerStack(nn.Module):
+    """``num_layers`` copies of a layer (each with its own weights), then an optional final
+    ``norm`` (pre-LN stacks need one): what :class:`Encoder` and
+    :class:`~mha_course.Decoder` share. A subclass names torch's stack it mirrors and its layer."""
+
+    TORCH: type[nn.Module]  # torch.nn.TransformerEncoder or TransformerDecoder
+    LAYER: type[nn.Module]  # the course's layer, with its from_torch
+    ARGUMENT: str  # what from_torch calls its argument in an error
+
+    def __init__(self, layer: nn.Module, num_layers: int, norm: nn.Module | None = None) -> None:
+        super().__init__()
+        require_positive_int("num_layers", num_layers)
+        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(num_layers))
+        self.num_layers = num_layers
+        self.norm = norm
+
+    @classmethod
+    def from_torch(cls, stack: nn.Module):
+        """A copy of torch's stack (its layers and final norm) with its weights and mode."""
+        if not isinstance(stack, cls.TORCH):
+            raise TypeError(
+                f"{cls.ARGUMENT} must be a torch.nn.{cls.TORCH.__name__}, got {type(stack).__name__}"
+            )
+        norm = copy_norm(stack.norm)
+        ours = cls(cls.LAYER.from_torch(stack.layers[0]), stack.num_layers, norm=norm)
+        ours.load_state_dict(stack.state_dict())
+        return ours.train(stack.training)
+
+    def _final(self, x: torch.Tensor, batched: bool) -> torch.Tensor:
+        """The last layer's output after the final norm, unbatched again for one sequence."""
+        if self.norm is not None:
+            x = self.norm(x)
+        return x if batched else unbatch(x, self.layers[0].batch_first)
+
+
+class Encoder(LayerStack):
     """A stack of ``num_layers`` copies of ``encoder_layer`` (each with its own weights), then an
     optional final ``norm`` (pre-LN stacks need one). Mirrors ``torch.nn.TransformerEncoder``.
 
@@ -261,26 +316,12 @@ class Encoder(nn.Module):
     outputs mean anything, and they do not depend on the padding.
     """
 
+    TORCH, LAYER, ARGUMENT = nn.TransformerEncoder, EncoderLayer, "encoder"
+
     def __init__(
         self, encoder_layer: nn.Module, num_layers: int, norm: nn.Module | None = None
     ) -> None:
-        super().__init__()
-        require_positive_int("num_layers", num_layers)
-        self.layers = nn.ModuleList(copy.deepcopy(encoder_layer) for _ in range(num_layers))
-        self.num_layers = num_layers
-        self.norm = norm
-
-    @classmethod
-    def from_torch(cls, encoder: nn.TransformerEncoder) -> Encoder:
-        """A copy of a ``torch.nn.TransformerEncoder`` (its layers and final norm) with its weights."""
-        if not isinstance(encoder, nn.TransformerEncoder):
-            raise TypeError(
-                f"encoder must be a torch.nn.TransformerEncoder, got {type(encoder).__name__}"
-            )
-        norm = copy_norm(encoder.norm)
-        ours = cls(EncoderLayer.from_torch(encoder.layers[0]), encoder.num_layers, norm=norm)
-        ours.load_state_dict(encoder.state_dict())
-        return ours.train(encoder.training)
+        super().__init__(encoder_layer, num_layers, norm)
 
     def forward(
         self,
@@ -299,15 +340,12 @@ class Encoder(nn.Module):
         mask (or, without ``mask``, asks for it), as in :class:`EncoderLayer`; torch's ``None``
         (find out by comparing ``mask`` with the causal mask) counts as False here: the flag is
         only a hint, the result is the same, and the comparison would read the mask's values."""
-        first = self.layers[0]
-        x, canonical = first._prepare(src, mask, src_key_padding_mask, bool(is_causal))
+        x, canonical = self.layers[0].prepare(src, mask, src_key_padding_mask, bool(is_causal))
         all_weights = []
         for layer in self.layers:
-            x, weights = layer._forward(x, canonical, need_weights)
-            if need_weights:
-                all_weights.append(weights)
-        if self.norm is not None:
-            x = self.norm(x)
+            x, weights = layer.forward_prepared(x, canonical, need_weights=need_weights)
+            all_weights.append(weights)
+        x = self._final(x, batched=src.dim() == 3)
         if src.dim() == 2:  # one sequence: drop its batch of one again
-            x, all_weights = first._unbatch(x), [w[0] for w in all_weights]
+            all_weights = [None if w is None else w[0] for w in all_weights]
         return (x, all_weights) if need_weights else x

@@ -8,12 +8,23 @@
   greedy decoding, the single likeliest token every time;
 * ``generator`` (a ``torch.Generator``) makes the draws reproducible.
 
-:func:`generate` runs the loop with or without the KV cache; both give the same tokens.
+:func:`generate` runs the loop with or without the KV cache, or compiled; all give the same tokens.
+
+Compiled decoding (``compile=True``): the prompt runs once, eagerly, into a
+:class:`~mha_course.cache.StaticKVCache`; each new token then runs through the same decode step,
+``model(next_id, cache=cache)``, under ``torch.compile(fullgraph=True)`` (``mode="reduce-overhead"``
+on CUDA: the step is captured once in a CUDA graph and replayed). Nothing in the step changes
+from one token to the next but the values of tensors (the cache's position is a tensor), so it
+compiles once per model and shape, not once per token, and a second call of :func:`generate` on
+the same model and shapes compiles nothing (the compiled step, and the model's static cache, are
+kept for the next call).
 """
 
 from __future__ import annotations
 
 import numbers
+import weakref
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -50,35 +61,111 @@ def generate(
     top_k: int | None = None,
     use_cache: bool = True,
     generator: torch.Generator | None = None,
+    *,
+    compile: bool | dict = False,
 ) -> Tensor:
     """The prompt ``ids`` (B, T) followed by ``max_new_tokens`` generated tokens: (B, T + max_new_tokens).
 
     ``model`` is a :class:`~mha_course.DecoderLM` (or any module with its ``forward(ids,
-    cache=None)``, ``new_cache(batch_size)``, ``vocab_size`` and ``max_len``). With
-    ``use_cache=True`` the prompt runs once and then each step feeds only the new token; without,
-    each step runs the whole sequence again. The model runs in eval mode (dropout off) and is
-    put back in its mode afterwards.
+    cache=None)``, ``new_cache(batch_size, static=False)``, ``vocab_size`` and ``max_len``).
+    With ``use_cache=True`` the prompt runs once and then each step feeds only the new token;
+    without, each step runs the whole sequence again. ``compile=True``: the steps with a static
+    cache, compiled (see the module's docstring); a dict of ``torch.compile`` keyword arguments
+    (``{"backend": "eager"}``, ``{"mode": "max-autotune"}``) instead of the defaults. The model
+    runs in eval mode (dropout off) and is put back in its mode afterwards.
     """
     _check_prompt(model, ids, max_new_tokens)
     _check_sampling(temperature, top_k, model.vocab_size)
+    options = _compile_options(compile, use_cache, ids.device)
     was_training = model.training
     model.eval()
     try:
-        cache = model.new_cache(ids.size(0)) if use_cache else None
+        cache, step = None, _next_logits
+        if options is not None:
+            cache, step = _static_cache(model, ids.size(0)), _compiled_step(options)
+        elif use_cache:
+            cache = model.new_cache(ids.size(0))
         tokens = [ids]
         logits = model(ids, cache=cache)[:, -1]  # (B, V): the prompt, once
-        for step in range(max_new_tokens):
+        for i in range(max_new_tokens):
             next_id = sample_next(logits, temperature, top_k, generator)  # (B, 1)
             tokens.append(next_id)
-            if step == max_new_tokens - 1:
+            if i == max_new_tokens - 1:
                 break
-            if use_cache:  # only the new token: its keys and values join the cache
-                logits = model(next_id, cache=cache)[:, -1]
+            if cache is not None:  # only the new token: its keys and values join the cache
+                logits = step(model, next_id, cache)
             else:  # the whole sequence again
                 logits = model(torch.cat(tokens, dim=1))[:, -1]
     finally:
         model.train(was_training)
     return torch.cat(tokens, dim=1)
+
+
+def _next_logits(model, ids: Tensor, cache) -> Tensor:
+    """One decode step: the logits (B, V) of the token after ``ids`` (B, 1), through the cache."""
+    return model(ids, cache=cache)[:, -1]
+
+
+# ---------------------------------------------------------------- compiled decoding
+
+_COMPILED: dict[tuple, Callable] = {}  # torch.compile's options -> the compiled decode step
+_STATIC_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its cache
+
+
+def _compile_options(compile, use_cache: bool, device: torch.device) -> dict | None:
+    """torch.compile's arguments for the decode step (None: not compiled). fullgraph=True always:
+    a graph break would mean a host sync or Python running between the step's kernels."""
+    if isinstance(compile, bool):
+        if not compile:
+            return None
+        options = {"mode": "reduce-overhead" if device.type == "cuda" else None}
+    elif isinstance(compile, dict):
+        options = dict(compile)
+    else:
+        raise TypeError(
+            f"compile must be a bool or a dict of torch.compile options, got "
+            f"{type(compile).__name__}"
+        )
+    if not use_cache:
+        raise ValueError(
+            "compile=True decodes through a static KV cache; it cannot run with use_cache=False"
+        )
+    return {**options, "fullgraph": True}
+
+
+def _compiled_step(options: dict) -> Callable:
+    """The decode step compiled with ``options``, made once and kept: torch.compile's own cache
+    (of graphs, by their guards) then compiles once per model and shape."""
+    key = tuple(sorted((name, repr(value)) for name, value in options.items()))
+    if key not in _COMPILED:
+        compiled = torch.compile(_next_logits, **options)
+        cuda_graphs = options.get("mode") in ("reduce-overhead", "max-autotune")
+
+        def step(model, ids: Tensor, cache) -> Tensor:
+            if cuda_graphs:  # a new step: the last replay's outputs may be overwritten now
+                torch.compiler.cudagraph_mark_step_begin()
+            logits = compiled(model, ids, cache)
+            return logits.clone() if cuda_graphs else logits  # ours, not the graph's buffer
+
+        _COMPILED[key] = step
+    return _COMPILED[key]
+
+
+def _static_cache(model, batch_size: int):
+    """The model's static cache for ``batch_size`` sequences, emptied: the one the last call
+    used when it fits (same batch, dtype and device), so that a CUDA graph captured then reads
+    the same addresses; else a new one, kept for the next call."""
+    cache = _STATIC_CACHES.get(model)
+    weight = next(model.parameters())
+    if (
+        cache is None
+        or cache.batch_size != batch_size
+        or cache.keys[0].dtype != weight.dtype
+        or cache.keys[0].device != weight.device
+    ):
+        cache = _STATIC_CACHES[model] = model.new_cache(batch_size, static=True)
+    cache.reset()
+    return cache
 
 
 def _check_sampling(temperature, top_k, vocab_size: int) -> None:

@@ -2,11 +2,14 @@
 
     ids (B, T) -> token embedding + position embedding -> N blocks -> LayerNorm -> logits (B, T, V)
 
-Each block is the encoder layer of lesson 04 in its pre-LN form (``EncoderLayer(...,
-norm_first=True)``) with the **causal** mask: token t attends to tokens 0..t only, so the model
-can be trained to predict every next token of a text at once, and generate one token at a time.
-With a :class:`~mha_course.cache.KVCache`, a forward over new tokens attends over the keys and
-values cached from the tokens before them (their positions continue where the cache stopped).
+Each :class:`DecoderBlock` is pre-LN, x + Attention(LayerNorm(x)), then x + FFN(LayerNorm(x)),
+with the **causal** mask: token t attends to tokens 0..t only, so the model can be trained to
+predict every next token of a text at once, and generate one token at a time. With a
+:class:`~mha_course.cache.KVCache`, a forward over new tokens attends over the keys and values
+cached from the tokens before them (their positions continue where the cache stopped). With a
+:class:`~mha_course.cache.StaticKVCache` (compiled decoding) the positions are a tensor, the
+cache's, and the mask is built from them: nothing the forward computes on the host changes from
+one token to the next.
 
 Lesson 08's options make it a model of today's kind, each changing the attention only:
 ``positions="rope"`` rotates queries and keys by position instead of adding position embeddings,
@@ -15,10 +18,26 @@ heads between query heads (grouped-query attention; 1 is multi-query), ``window`
 to the last ``window`` tokens (sliding-window attention). With any of them, the blocks' attention is
 a :class:`~mha_course.modern.GroupedQueryAttention`.
 
+The attention protocol. Every attention module of the course (``MultiHeadAttention``,
+``GroupedQueryAttention``) has one public method with one signature, which blocks and layers
+call::
+
+    attend(query, key, value, mask: AttentionMask, *, rope: Rotation | None = None,
+           cache: LayerCache | None = None, need_weights: bool = False) -> (output, weights)
+
+``mask`` is canonical (:mod:`mha_course.masks`), converted once at the door; ``rope`` the tokens'
+rotation (:meth:`~mha_course.RotaryEmbedding.rotation`); ``cache`` one layer's view of a KV cache,
+whose one method ``update(k, v)`` returns every key and value so far. The model's forward computes
+what its blocks share once: the tokens' positions (from ``cache.offset``), their mask, their
+rotation; each block then runs with them (as Hugging Face's Llama passes its ``position_embeddings``
+down).
+
 Shapes: B batch, T tokens, V vocabulary, E = d_model.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -26,17 +45,77 @@ from torch import Tensor, nn
 from . import masks
 from ._validate import require_positive_int, require_probability, shape_str
 from .alibi import alibi_slopes
-from .cache import KVCache
-from .encoder import EncoderLayer
+from .cache import KVCache, LayerCache, StaticKVCache
+from .encoder import _activation, feed_forward_layers, require_layer_sizes
 from .layernorm import LayerNorm
 from .modern import GroupedQueryAttention, decoder_mask, require_kv_heads
+from .multihead import MultiHeadAttention
+from .rope import RotaryEmbedding, Rotation
 
-__all__ = ["DecoderLM"]
+__all__ = ["DecoderLM", "DecoderBlock"]
+
+
+class DecoderBlock(nn.Module):
+    """One pre-LN block of a decoder-only model, built with its attention (any module with the
+    attention protocol's ``attend``):
+
+        x = x + Attention(LayerNorm(x))          (norm1, self_attn, dropout1)
+        x = x + FFN(LayerNorm(x))                (norm2, linear1, activation, linear2, dropout2)
+
+    The parameters have the names of :class:`~mha_course.EncoderLayer`'s (``self_attn``,
+    ``linear1``, ``linear2``, ``norm1``, ``norm2``), so a model's state dict is the same as when
+    its blocks were encoder layers in their pre-LN form.
+    """
+
+    def __init__(
+        self,
+        attention: nn.Module,
+        d_model: int,
+        dim_feedforward: int,
+        dropout: float = 0.0,
+        activation: str | Callable[[Tensor], Tensor] = "gelu",
+        layer_norm_eps: float = 1e-5,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        require_layer_sizes(d_model, dim_feedforward, dropout)
+        factory = {"device": device, "dtype": dtype}
+        self.self_attn = attention
+        self.linear1, self.dropout, self.linear2 = feed_forward_layers(
+            d_model, dim_feedforward, dropout, bias, factory
+        )
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.activation = _activation(activation)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: masks.AttentionMask,
+        *,
+        rope: Rotation | None = None,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
+        """x (B, T, E) -> (B, T, E): the canonical (causal) ``mask``, the tokens' rotation and
+        this block's cache as the model made them, handed to the attention."""
+        h = self.norm1(x)
+        attended, _ = self.self_attn.attend(h, h, h, mask, rope=rope, cache=cache)
+        x = x + self.dropout1(attended)
+        return x + self.dropout2(self.feed_forward(self.norm2(x)))
+
+    def feed_forward(self, x: Tensor) -> Tensor:
+        """The position-wise feed-forward network: the same two Linears on every token."""
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
 class DecoderLM(nn.Module):
-    """Token and learned position embeddings, ``num_layers`` causal pre-LN blocks, a final
-    LayerNorm and the output head (tied to the token embedding unless ``tie_weights=False``).
+    """Token and learned position embeddings, ``num_layers`` causal pre-LN blocks
+    (:class:`DecoderBlock`), a final LayerNorm and the output head (tied to the token embedding
+    unless ``tie_weights=False``).
 
     ``forward(ids (B, T), cache=None)`` -> logits (B, T, vocab_size): row t scores the token
     that follows ids[:, :t + 1]. ``max_len`` is the longest sequence.
@@ -47,9 +126,9 @@ class DecoderLM(nn.Module):
     the input's positions are added.
 
     Lesson 08: ``positions`` may also be ``"rope"`` (queries and keys rotated by position, base
-    ``rope_base``) or ``"alibi"`` (a linear bias on the scores); ``num_kv_heads`` (a divisor of
-    ``nhead``) key/value heads shared by the query heads; ``window`` (>= 1) the most tokens each
-    token attends to, itself included.
+    ``rope_base``: the model's ``rotary``) or ``"alibi"`` (a linear bias on the scores);
+    ``num_kv_heads`` (a divisor of ``nhead``) key/value heads shared by the query heads;
+    ``window`` (>= 1) the most tokens each token attends to, itself included.
     """
 
     POSITIONS = ("learned", "none", "rope", "alibi")
@@ -81,6 +160,8 @@ class DecoderLM(nn.Module):
             raise ValueError(f"positions must be one of {known}, got {positions!r}")
         for name, value in (
             ("vocab_size", vocab_size),
+            ("d_model", d_model),
+            ("nhead", nhead),
             ("num_layers", num_layers),
             ("max_len", max_len),
         ):
@@ -94,34 +175,32 @@ class DecoderLM(nn.Module):
             nn.Embedding(max_len, d_model, **factory) if positions == "learned" else None
         )
         self.dropout = nn.Dropout(dropout)
+        self.window = window
+        self.num_kv_heads = nhead if num_kv_heads is None else num_kv_heads
+        modern = positions in ("rope", "alibi") or self.num_kv_heads != nhead or window is not None
+
+        def attention() -> nn.Module:  # lesson 07's attention, or lesson 08's
+            if modern:
+                return GroupedQueryAttention(
+                    d_model, nhead, self.num_kv_heads, dropout=dropout, bias=bias, **factory
+                )
+            return MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias, **factory)
+
         self.blocks = nn.ModuleList(
-            EncoderLayer(
+            DecoderBlock(
+                attention(),
                 d_model,
-                nhead,
                 dim_feedforward,
                 dropout,
                 activation,
                 layer_norm_eps,
-                batch_first=True,
-                norm_first=True,
-                bias=bias,
+                bias,
                 **factory,
             )
             for _ in range(num_layers)
         )
-        self.window = window
-        self.num_kv_heads = nhead if num_kv_heads is None else num_kv_heads
-        if positions in ("rope", "alibi") or self.num_kv_heads != nhead or window is not None:
-            for block in self.blocks:  # lesson 08: the same block, today's attention
-                block.self_attn = GroupedQueryAttention(
-                    d_model,
-                    nhead,
-                    self.num_kv_heads,
-                    rope_base=rope_base if positions == "rope" else None,
-                    dropout=dropout,
-                    bias=bias,
-                    **factory,
-                )
+        head_dim = d_model // nhead
+        self.rotary = RotaryEmbedding(head_dim, rope_base) if positions == "rope" else None
         slopes = None  # ALiBi's slope of each head, kept on the model's device
         if positions == "alibi":
             slopes = alibi_slopes(nhead).to(device=device, dtype=dtype or torch.float32)
@@ -134,10 +213,11 @@ class DecoderLM(nn.Module):
         self.num_heads = nhead
         self.apply(_init_weights)
 
-    def new_cache(self, batch_size: int) -> KVCache:
-        """An empty KV cache for ``batch_size`` sequences of up to ``max_len`` tokens."""
+    def new_cache(self, batch_size: int, *, static: bool = False) -> KVCache:
+        """An empty KV cache for ``batch_size`` sequences of up to ``max_len`` tokens; with
+        ``static=True`` a :class:`~mha_course.cache.StaticKVCache`, for compiled decoding."""
         weight = self.token_embedding.weight
-        return KVCache(
+        return (StaticKVCache if static else KVCache)(
             len(self.blocks),
             batch_size,
             self.num_kv_heads,
@@ -149,42 +229,53 @@ class DecoderLM(nn.Module):
 
     def forward(self, ids: Tensor, cache: KVCache | None = None) -> Tensor:
         """Logits (B, T, vocab_size) for token ids (B, T). With ``cache``: ids are the tokens that
-        follow the cached ones; they attend over those too, and are cached in turn."""
+        follow the cached ones; they attend over those too, and are cached in turn.
+
+        What every block shares is computed once, here: the tokens' positions, their mask and
+        (RoPE) their rotation."""
         B, T = self._check_ids(ids)
-        start = 0
-        if cache is not None:
-            cache.require_room(B, T)
-            start = cache.length
-        elif T > self.max_len:
-            raise ValueError(
-                f"ids has {T} tokens (shape {shape_str(ids.shape)}), more than max_len = "
-                f"{self.max_len} positions"
-            )
-        x = self.dropout(self._embed(ids, start))
-        mask = self._mask(T, start + T, x)
+        start, S = self._room(B, T, cache)  # the first token's position; the keys seen
+        positions = start + torch.arange(T, device=ids.device)  # (T,)
+        x = self.dropout(self._embed(ids, positions))
+        # a static cache's positions are a tensor: its mask is built from them
+        mask = self._mask(T, S, x, None if isinstance(start, int) else positions)
+        rope = None if self.rotary is None else self.rotary.rotation(positions, x.dtype)
         for index, block in enumerate(self.blocks):
-            layer_cache = None if cache is None else cache.layer(index)
-            x, _ = block._forward(x, mask, False, layer_cache)
+            x = block(x, mask, rope=rope, cache=None if cache is None else cache.layer(index))
         if cache is not None:
             cache.advance(T)
         return self.head(self.norm(x))  # (B, T, vocab_size)
 
-    def _mask(self, T: int, S: int, x: Tensor) -> masks.AttentionMask:
+    def _room(self, B: int, T: int, cache: KVCache | None) -> tuple[int | Tensor, int]:
+        """Where the T new tokens start and how many keys they attend over, checked to fit."""
+        if cache is not None:
+            cache.require_room(B, T)
+            return cache.offset, cache.key_length(T)
+        if T > self.max_len:
+            raise ValueError(
+                f"ids has {T} tokens (shape {shape_str((B, T))}), more than max_len = "
+                f"{self.max_len} positions"
+            )
+        return 0, T
+
+    def _mask(self, T: int, S: int, x: Tensor, positions: Tensor | None) -> masks.AttentionMask:
         """The canonical mask of T new tokens over S keys, shared by every block."""
-        if self.window is None and self.alibi_slopes is None:
-            return masks.causal_over_cache(T, S, x.dtype, x.device)
         return decoder_mask(
-            T, S, x.dtype, x.device, window=self.window, alibi_slopes=self.alibi_slopes
+            T,
+            S,
+            x.dtype,
+            x.device,
+            window=self.window,
+            alibi_slopes=self.alibi_slopes,
+            positions=positions,
         )
 
-    def _embed(self, ids: Tensor, start: int) -> Tensor:
-        """The tokens' embeddings (B, T, E), with their positions start .. start + T - 1 (they
-        continue the cache's) added when the model learns them."""
+    def _embed(self, ids: Tensor, positions: Tensor) -> Tensor:
+        """The tokens' embeddings (B, T, E), with their positions (T,) (they continue the
+        cache's) added when the model learns them."""
         x = self.token_embedding(ids)
         if self.position_embedding is not None:
-            x = x + self.position_embedding(
-                torch.arange(start, start + ids.size(1), device=ids.device)
-            )
+            x = x + self.position_embedding(positions)
         return x
 
     def _check_ids(self, ids) -> tuple[int, int]:

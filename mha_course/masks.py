@@ -38,6 +38,7 @@ __all__ = [
     "NO_MASK",
     "causal_mask",
     "causal_over_cache",
+    "fold_groups",
     "sliding_window_mask",
     "padding_mask",
     "other_convention",
@@ -180,6 +181,23 @@ def causal_over_cache(L: int, S: int, dtype: torch.dtype, device=None) -> Attent
     if L == 1:
         return NO_MASK
     return AttentionMask(_bias(causal_mask(L, S, device, offset=S - L), False, dtype))
+
+
+def fold_groups(mask: AttentionMask, num_heads: int, group: int, L: int) -> AttentionMask:
+    """A canonical mask broadcastable to (B, H, L, S), for queries folded into groups
+    (B, H_kv, G·L, D) (grouped-query attention, :func:`mha_course.kernel.attend_heads`):
+    broadcastable to (B, H_kv, G·L, S), query head h = kv · G + g at rows g·L .. g·L + L - 1 of
+    key/value head kv."""
+
+    def fold(t: Tensor | None) -> Tensor | None:
+        if t is None:
+            return None
+        t = t.expand(*t.shape[:-2], L, t.size(-1))  # one row per query
+        if t.dim() >= 3 and t.size(-3) == num_heads:  # per query head: regroup the heads
+            return t.unflatten(-3, (num_heads // group, group)).flatten(-3, -2)
+        return t.unsqueeze(-3).expand(*t.shape[:-2], group, L, t.size(-1)).flatten(-3, -2)
+
+    return AttentionMask(fold(mask.bias), fold(mask.empty), causal=False)
 
 
 def from_may_attend(

@@ -1,21 +1,24 @@
 """Attention as today's decoders write it (lesson 08): grouped-query attention with rotary
 positions, ALiBi biases and sliding windows, on the course's one mask path and one kernel.
 
-* :class:`GroupedQueryAttention`: causal self-attention whose H query heads share H_kv key/value
-  heads (GQA; H_kv = 1 is multi-query attention, MQA; H_kv = H is plain multi-head attention),
-  optionally rotating queries and keys by position (RoPE). Its parameters are laid out as
-  :class:`~mha_course.MultiHeadAttention`'s (``in_proj_weight`` = [W^Q; W^K; W^V], ``in_proj_bias``,
-  ``out_proj``), so with H_kv = H the two have the same state dict. It drops into a
-  :class:`~mha_course.DecoderLM` block in place of ``MultiHeadAttention``.
+* :class:`GroupedQueryAttention`: self-attention whose H query heads share H_kv key/value heads
+  (GQA; H_kv = 1 is multi-query attention, MQA; H_kv = H is plain multi-head attention). Its
+  parameters are laid out as :class:`~mha_course.MultiHeadAttention`'s (``in_proj_weight`` =
+  [W^Q; W^K; W^V], ``in_proj_bias``, ``out_proj``), so with H_kv = H the two have the same state
+  dict, and it follows the same protocol, ``attend(query, key, value, mask, *, rope=None,
+  cache=None, need_weights=False)``: it is the attention of a
+  :class:`~mha_course.lm.DecoderBlock` in place of ``MultiHeadAttention``.
 * :func:`decoder_mask`: the canonical mask of new tokens over the keys of a KV cache: causal or a
-  sliding window, plus ALiBi's bias.
+  sliding window, plus ALiBi's bias; from the tokens' positions when they are a tensor (a static
+  cache's).
 * :func:`sliding_window_attention`: sliding-window attention that never builds an (L, L) tensor:
   each block of queries reads only the keys its window reaches.
 
 GQA without copies: query head h reads key/value head h // G (G = H / H_kv, torch's
-``repeat_interleave`` order). The G query heads of a group are stacked along the query axis,
-(B, H, T, D) -> (B, H_kv, G·T, D), so one batched product per key/value head serves them all and
-the keys and values are read once, never repeated.
+``repeat_interleave`` order), in :func:`mha_course.kernel.attend_heads`: the G query heads of a
+group are stacked along the query axis, so the keys and values are read once, never repeated.
+RoPE is not here: the model computes the rotation of its tokens once per forward
+(:meth:`mha_course.RotaryEmbedding.rotation`) and hands it to every layer's ``attend``.
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from torch import Tensor, nn
 
 from . import kernel, masks
 from ._validate import require_divisible, require_positive_int, require_probability, shape_str
-from .alibi import bias_from_slopes
-from .masks import AttentionMask
-from .rope import RotaryEmbedding
+from .alibi import bias_from_distance
+from .cache import LayerCache
+from .masks import AttentionMask, fold_groups
+from .rope import Rotation
 
 __all__ = [
     "GroupedQueryAttention",
@@ -42,15 +46,12 @@ __all__ = [
 
 
 class GroupedQueryAttention(nn.Module):
-    """Causal self-attention with ``num_heads`` query heads sharing ``num_kv_heads`` key/value
-    heads (default: as many, plain multi-head attention), each of ``embed_dim // num_heads``
-    features; ``rope_base`` (a number) rotates queries and keys by position (RoPE).
+    """Self-attention with ``num_heads`` query heads sharing ``num_kv_heads`` key/value heads
+    (default: as many, plain multi-head attention), each of ``embed_dim // num_heads`` features.
 
     Parameters: ``in_proj_weight`` ((H + 2·H_kv)·D, E) stacks W^Q (H·D rows), W^K and W^V (H_kv·D
-    rows each), ``in_proj_bias`` likewise, ``out_proj`` = W^O (E × E). It is called as a block's
-    attention, ``_attend(x, x, x, mask, need_weights, cache)``: x (B, T, E), a canonical mask
-    broadcastable to (B, H, T, S) (:func:`decoder_mask`), a layer's KV cache of H_kv heads or None;
-    it returns ``(output (B, T, E), weights (B, H, T, S) or None)``.
+    rows each), ``in_proj_bias`` likewise, ``out_proj`` = W^O (E × E). Called through the
+    attention protocol, :meth:`attend`, with x (B, T, E) as query, key and value.
     """
 
     def __init__(
@@ -59,7 +60,6 @@ class GroupedQueryAttention(nn.Module):
         num_heads: int,
         num_kv_heads: int | None = None,
         *,
-        rope_base: float | None = None,
         dropout: float = 0.0,
         bias: bool = True,
         device=None,
@@ -81,10 +81,7 @@ class GroupedQueryAttention(nn.Module):
         self.in_proj_weight = nn.Parameter(torch.empty(rows, embed_dim, **factory))
         self.in_proj_bias = nn.Parameter(torch.zeros(rows, **factory)) if bias else None
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)  # W^O
-        self.rotary = None if rope_base is None else RotaryEmbedding(self.head_dim, rope_base)
-        nn.init.xavier_uniform_(
-            self.in_proj_weight
-        )  # as MultiHeadAttention's (3E, E) when H_kv = H
+        nn.init.xavier_uniform_(self.in_proj_weight)  # as MultiHeadAttention's (3E, E), H_kv = H
         if bias:
             nn.init.zeros_(self.out_proj.bias)
 
@@ -95,28 +92,44 @@ class GroupedQueryAttention(nn.Module):
             f"bias={self.in_proj_bias is not None}"
         )
 
-    def _attend(
-        self, query: Tensor, key, value, mask: AttentionMask, need_weights: bool, cache=None
+    def attend(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: AttentionMask,
+        *,
+        rope: Rotation | None = None,
+        cache: LayerCache | None = None,
+        need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """Self-attention over ``query`` (B, T, E) (``key`` and ``value`` are the same tensor, the
-        signature of :meth:`MultiHeadAttention._attend`); with ``cache``, over the cached tokens
-        too. The new tokens' positions continue where the cache stopped."""
+        """Self-attention over ``query`` (B, T, E), which ``key`` and ``value`` must be (the
+        signature of :meth:`MultiHeadAttention.attend <mha_course.MultiHeadAttention.attend>`);
+        a canonical mask broadcastable to (B, H, T, S) (:func:`decoder_mask`); ``rope``, the
+        tokens' rotation; ``cache``, a layer's cache of H_kv heads. Returns ``(output (B, T, E),
+        weights (B, H, T, S) or None)``."""
+        if key is not query or value is not query:
+            raise ValueError(
+                "GroupedQueryAttention is self-attention: pass the same tensor as query, key and "
+                f"value, got shapes {shape_str(query.shape)}, {shape_str(key.shape)} and "
+                f"{shape_str(value.shape)}"
+            )
         B, T, _ = query.shape
         H, H_kv, D = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)  # (B, T, (H + 2 H_kv) D)
         q, k, v = qkv.split((H * D, H_kv * D, H_kv * D), dim=-1)
-        q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(B, T, H_kv, D).transpose(1, 2)  # (B, H_kv, T, D)
-        v = v.view(B, T, H_kv, D).transpose(1, 2)
-        if self.rotary is not None:  # rotate before caching: a cached key is rotated once
-            start = 0 if cache is None else cache.cache.length
-            positions = torch.arange(start, start + T, device=query.device)
-            q, k = self.rotary(q, positions), self.rotary(k, positions)
+        q = q.unflatten(-1, (H, D)).transpose(1, 2)  # (B, H, T, D)
+        k = k.unflatten(-1, (H_kv, D)).transpose(1, 2)  # (B, H_kv, T, D)
+        v = v.unflatten(-1, (H_kv, D)).transpose(1, 2)
+        if rope is not None:  # rotate before caching: a cached key is rotated once
+            q, k = rope.rotate(q), rope.rotate(k)
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, H_kv, S, D), S = cached + T
+            k, v = cache.update(k, v)  # (B, H_kv, S, D), S = cached + T
         dropout_p = self.dropout if self.training else 0.0
-        heads, weights = grouped_attention(q, k, v, mask, self.group, dropout_p, need_weights)
-        return self.out_proj(heads.transpose(1, 2).reshape(B, T, H * D)), weights
+        concat, weights = kernel.attend_heads(
+            q, k, v, mask, dropout_p=dropout_p, need_weights=need_weights
+        )  # (B, T, H·D)
+        return self.out_proj(concat), weights
 
 
 def require_kv_heads(num_heads: int, num_kv_heads) -> None:
@@ -130,46 +143,6 @@ def require_kv_heads(num_heads: int, num_kv_heads) -> None:
         )
 
 
-def grouped_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: AttentionMask,
-    group: int,
-    dropout_p: float = 0.0,
-    need_weights: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """q (B, H, T, D) over k, v (B, H_kv, S, D), H = group · H_kv, through the course's kernel;
-    returns ``(heads (B, H, T, Dv), weights (B, H, T, S) or None)``. ``mask`` broadcasts to
-    (B, H, T, S)."""
-    B, H, T, D = q.shape
-    if group > 1:  # the G query heads of a group, one after the other along the query axis
-        q = q.reshape(B, H // group, group * T, D)  # (B, H_kv, G·T, D)
-        mask = fold_groups(mask, H, group, T)
-    if need_weights:
-        heads, weights = kernel.attention(q, k, v, mask, dropout_p)
-        weights = weights.view(B, H, T, -1)
-    else:
-        heads, weights = kernel.fused_attention(q, k, v, mask, dropout_p), None
-    return heads.view(B, H, T, -1), weights
-
-
-def fold_groups(mask: AttentionMask, num_heads: int, group: int, T: int) -> AttentionMask:
-    """A canonical mask broadcastable to (B, H, T, S), for queries folded into groups
-    (B, H_kv, G·T, D): broadcastable to (B, H_kv, G·T, S), query head h = kv · G + g at rows
-    g·T .. g·T + T - 1 of key/value head kv."""
-
-    def fold(t: Tensor | None) -> Tensor | None:
-        if t is None:
-            return None
-        t = t.expand(*t.shape[:-2], T, t.size(-1))  # one row per query
-        if t.dim() >= 3 and t.size(-3) == num_heads:  # per query head: regroup the heads
-            return t.unflatten(-3, (num_heads // group, group)).flatten(-3, -2)
-        return t.unsqueeze(-3).expand(*t.shape[:-2], group, T, t.size(-1)).flatten(-3, -2)
-
-    return AttentionMask(fold(mask.bias), fold(mask.empty), causal=False)
-
-
 def decoder_mask(
     T: int,
     S: int,
@@ -178,22 +151,29 @@ def decoder_mask(
     *,
     window: int | None = None,
     alibi_slopes: Tensor | None = None,
+    positions: Tensor | None = None,
 ) -> AttentionMask:
-    """The canonical mask of T new tokens over S keys, the last T of which are the new tokens
-    themselves (S - T come from a cache): each sees itself and the keys before it (bottom-right
-    aligned), at most ``window`` of them; ``alibi_slopes`` (H,) adds ALiBi's bias -m_h · (i - j).
-    Broadcastable to (B, H, T, S): (T, S), or (H, T, S) with ALiBi."""
-    if window is None and alibi_slopes is None:
-        return masks.causal_over_cache(T, S, dtype, device)
-    offset = S - T  # query i is token offset + i
-    if window is None:
-        allowed = masks.causal_mask(T, S, device, offset=offset)
-    else:
-        allowed = masks.sliding_window_mask(T, S, window, device, offset=offset)
-    bias = torch.zeros(T, S, dtype=dtype, device=device).masked_fill_(~allowed, float("-inf"))
+    """The canonical mask of T new tokens over S keys (key j at position j): query i, at
+    position p_i, sees the keys j <= p_i, at most ``window`` of them (p_i - j < window);
+    ``alibi_slopes`` (H,) adds ALiBi's bias -m_h · (p_i - j). Broadcastable to (B, H, T, S):
+    (T, S), or (H, T, S) with ALiBi; every query sees at least itself.
+
+    ``positions`` (T,) are the p_i; by default S - T .. S - 1, the new tokens being the last T
+    keys (a KV cache of S - T tokens, or none). A static cache's positions are a tensor whose
+    values the code never reads, and its S keys include slots not yet written, all after p_i."""
+    if positions is None:
+        if window is None and alibi_slopes is None:  # the kernel's own causal mode, or no mask
+            return masks.causal_over_cache(T, S, dtype, device)
+        positions = torch.arange(S - T, S, device=device)
+    distance = positions[:, None] - torch.arange(S, device=positions.device)  # (T, S): p_i - j
+    allowed = distance >= 0
+    if window is not None:
+        allowed = allowed & (distance < window)
+    bias = torch.zeros(T, S, dtype=dtype, device=positions.device)
+    bias = bias.masked_fill_(~allowed, float("-inf"))
     if alibi_slopes is not None:
-        bias = bias + bias_from_slopes(alibi_slopes, T, S, offset=offset).to(dtype)  # (H, T, S)
-    return AttentionMask(bias)  # every query sees at least itself: no empty row
+        bias = bias + bias_from_distance(alibi_slopes, distance).to(dtype)  # (H, T, S)
+    return AttentionMask(bias)
 
 
 def sliding_window_attention(

@@ -19,10 +19,13 @@ Conventions are torch's, so a state dict or a call moves between the two unchang
 The two differences from torch: ``batch_first`` defaults to True, and a query with nothing to
 attend to gets zero attention (output = the out_proj bias, weights 0) instead of NaN.
 
-This module is the projections and the heads; the attention itself is :mod:`mha_course.kernel`.
-``forward`` checks its arguments and converts the masks once (:mod:`mha_course.masks`), then
-calls ``_attend``, which checks nothing: an encoder layer calls it directly with the masks its
-stack converted once for all its layers.
+This module is the projections and the heads; the attention itself is
+:func:`mha_course.kernel.attend_heads`. ``forward`` checks its arguments and converts the masks
+once (:mod:`mha_course.masks`), then calls :meth:`MultiHeadAttention.attend`, which checks
+nothing: the course's attention protocol, ``attend(query, key, value, mask, *, rope=None,
+cache=None, need_weights=False) -> (output, weights)``, which the encoder's and decoder's layers
+call directly with the masks their stack converted once for all its layers (and which
+:class:`~mha_course.modern.GroupedQueryAttention` follows too).
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ from ._validate import (
     require_size,
     shape_str,
 )
+from .cache import LayerCache
+from .rope import Rotation
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["MultiHeadAttention", "batch_and_length"]
 
 
 class MultiHeadAttention(nn.Module):
@@ -182,13 +187,16 @@ class MultiHeadAttention(nn.Module):
             query = query.unsqueeze(dim)
             key = query if key_is_query else key.unsqueeze(dim)
             value = key if value_is_key else value.unsqueeze(dim)
-        (B, L), S = self._batch_and_length(query), self._batch_and_length(key)[1]
+        (B, L), S = (
+            batch_and_length(query, self.batch_first),
+            batch_and_length(key, self.batch_first)[1],
+        )
         scores = (B, self.num_heads, L, S)  # the shape of the attention scores
         masks.require_torch_masks(attn_mask, key_padding_mask, scores, query.dtype, batched)
         mask = masks.from_masked_out(
             attn_mask, key_padding_mask, scores, query.dtype, is_causal, query.device
         )
-        output, weights = self._attend(query, key, value, mask, need_weights)
+        output, weights = self.attend(query, key, value, mask, need_weights=need_weights)
         if weights is not None and average_attn_weights:
             weights = weights.mean(dim=1)  # (B, L, S)
         if not batched:
@@ -196,30 +204,40 @@ class MultiHeadAttention(nn.Module):
             weights = weights.squeeze(0) if weights is not None else None
         return output, weights
 
-    def _attend(
-        self, query, key, value, mask: masks.AttentionMask, need_weights: bool, cache=None
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: masks.AttentionMask,
+        *,
+        rope: Rotation | None = None,
+        cache: LayerCache | None = None,
+        need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The layer without its checks: inputs (B, L|S, E) (or (L|S, B, E) when not batch
-        first), a canonical mask, and back ``(output, weights (B, H, L, S) or None)``.
+        """The attention protocol every attention module of the course follows (see
+        :mod:`mha_course.lm`): the layer without its checks. Inputs (B, L|S, E) (or (L|S, B, E)
+        when not batch first), a canonical mask broadcastable to (B, H, L, S); back ``(output,
+        weights (B, H, L, S) or None)``.
 
-        ``cache`` (a :class:`~mha_course.cache.LayerCache`, for generation): the new keys and
-        values are appended to the earlier tokens' and the queries attend over all of them."""
+        ``rope`` (self-attention): the queries' and keys' rotation, made once per forward by the
+        model. ``cache`` (generation): the new keys and values join the cached ones
+        (``cache.update``) and the queries attend over all of them."""
         # (B, H, L|S, D) each; the fused kernel reads views, the written-out attention wants copies
         q, k, v = self._project(query, key, value, contiguous=need_weights)
+        if rope is not None:
+            q, k = rope.rotate(q), rope.rotate(k)
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, H, S_cached + S, D) each
+            k, v = cache.update(k, v)  # (B, H, S_cached + S, D) each
         dropout_p = self.dropout if self.training else 0.0
-        if need_weights:
-            heads, weights = _attention_with_weights(q, k, v, mask, dropout_p)
-        else:
-            heads, weights = kernel.fused_attention(q, k, v, mask, dropout_p), None
-        return self.out_proj(self._merge_heads(heads)), weights  # Concat(head_1, ..., head_h) W^O
+        concat, weights = kernel.attend_heads(
+            q, k, v, mask, dropout_p=dropout_p, need_weights=need_weights
+        )  # Concat(head_1, ..., head_h) (B, L, E)
+        if not self.batch_first:
+            concat = concat.transpose(0, 1)  # (L, B, E)
+        return self.out_proj(concat), weights  # Concat(head_1, ..., head_h) W^O
 
-    def _batch_and_length(self, x: torch.Tensor) -> tuple[int, int]:
-        """(B, length) of a batched input in this module's layout."""
-        return (x.size(0), x.size(1)) if self.batch_first else (x.size(1), x.size(0))
-
-    # The head split and merge are einops patterns written with view/permute: in this hot path
+    # The head split is an einops pattern written with view/permute: in this hot path
     # rearrange's own overhead (a few µs a call) is measurable for short sequences.
 
     def _split_heads(self, x: torch.Tensor, parts: int = 1) -> torch.Tensor:
@@ -227,13 +245,6 @@ class MultiHeadAttention(nn.Module):
         n1, n2, _ = x.shape
         x = x.view(n1, n2, parts, self.num_heads, self.head_dim)  # (B|L, L|B, parts, H, D)
         return x.permute(2, 0, 3, 1, 4) if self.batch_first else x.permute(2, 1, 3, 0, 4)
-
-    def _merge_heads(self, heads: torch.Tensor) -> torch.Tensor:
-        """'b h l d -> b l (h d)' ('-> l b (h d)' when not batch first): Concat(head_1..head_h)."""
-        B, H, L, D = heads.shape
-        if self.batch_first:
-            return heads.transpose(1, 2).reshape(B, L, H * D)  # (B, L, E)
-        return heads.permute(2, 0, 1, 3).reshape(L, B, H * D)  # (L, B, E)
 
     def _project(self, query, key, value, contiguous: bool):
         """Q W^Q, K W^K, V W^V, each split into heads: (B, H, L, D), (B, H, S, D), (B, H, S, D).
@@ -296,35 +307,6 @@ class MultiHeadAttention(nn.Module):
         return batched
 
 
-# ---------------------------------------------------------------- the weights that do not fit
-
-
-_is_compiling = getattr(torch.compiler, "is_compiling", lambda: False)  # torch >= 2.3
-
-
-def _attention_with_weights(q, k, v, mask: masks.AttentionMask, dropout_p: float):
-    """kernel.attention: (B, H, L, D), (B, H, L, S). When the (B, H, L, S) weights do not fit in
-    memory, the allocator's error says so and that need_weights=False never builds them."""
-    if _is_compiling():  # a compiled graph reports its own errors
-        return kernel.attention(q, k, v, mask, dropout_p)
-    try:
-        return kernel.attention(q, k, v, mask, dropout_p)
-    except RuntimeError as error:  # torch.OutOfMemoryError is one too
-        if not _out_of_memory(error):
-            raise
-        B, H, L, S = (*q.shape[:-1], k.size(-2))
-        size = B * H * L * S * q.element_size()
-        dtype = str(q.dtype).removeprefix("torch.")
-        raise type(error)(
-            f"need_weights=True builds the attention weights (B, H, L, S) = ({B}, {H}, {L}, {S}), "
-            f"{size / 2**30:,.1f} GiB in {dtype}, more than the {q.device.type} memory can hold. "
-            "need_weights=False avoids building them: the fused kernel computes the output "
-            f"without them. (The allocator said: {str(error).splitlines()[0]})"
-        ) from error
-
-
-def _out_of_memory(error: RuntimeError) -> bool:
-    text = str(error).lower()
-    return isinstance(error, torch.OutOfMemoryError) or any(
-        words in text for words in ("out of memory", "can't allocate memory")
-    )
+def batch_and_length(x: torch.Tensor, batch_first: bool) -> tuple[int, int]:
+    """(B, length) of a batched input (B, length, ·), or (length, B, ·) when not batch first."""
+    return (x.size(0), x.size(1)) if batch_first else (x.size(1), x.size(0))

@@ -245,24 +245,28 @@ def load_your_work(
     pass its checker, the course's reference takes its place. Prints which is which: one line
     per exercise and, under one that fails, one line saying why and where to see more.
 
-    ``before="04"`` lists only the exercises of lessons 00-03 (all of them are loaded either way).
+    ``before="04"`` loads and lists only the exercises of lessons 00-03: the later ones are the
+    course's references, unread (a lesson runs no check of a lesson still ahead, such as lesson
+    09's Triton kernels in lesson 04).
     """
     directory = work_dir() if directory is None else Path(directory)
     namespace: dict = {}
     exec(_PREAMBLE, namespace)
     lines, missing = [], False
     for exercise in EXERCISES:
+        if before is not None and exercise.lesson >= before:
+            namespace[exercise.name] = exercise.reference
+            continue
         verdict = _load_answer(exercise, directory / f"{exercise.name}.py", namespace)
         if not verdict.passed:
             namespace[exercise.name] = exercise.reference
-        if before is None or exercise.lesson < before:
-            missing = missing or verdict.status == "not found"
-            lines.append(
-                f"  {exercise.lesson} {exercise.name:<30} "
-                + ("yours ✅" if verdict.passed else f"course reference (yours: {verdict.status})")
-            )
-            if verdict.reason:
-                lines.append(f"       {verdict.reason} {verdict.next_step}")
+        missing = missing or verdict.status == "not found"
+        lines.append(
+            f"  {exercise.lesson} {exercise.name:<30} "
+            + ("yours ✅" if verdict.passed else f"course reference (yours: {verdict.status})")
+        )
+        if verdict.reason:
+            lines.append(f"       {verdict.reason} {verdict.next_step}")
     if not quiet:
         print("Answers loaded from my_work/:")
         print("\n".join(lines))

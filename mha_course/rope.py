@@ -13,18 +13,23 @@ a permutation of the features of W^Q and W^K (Hugging Face's Llama converter app
 
     rotate(x)[..., :D/2] = x1 cos - x2 sin,    rotate(x)[..., D/2:] = x2 cos + x1 sin
     with x1 = x[..., :D/2], x2 = x[..., D/2:]; written x cos + rotate_half(x) sin
+
+The angles depend only on the positions, so a model computes them once per forward
+(:meth:`RotaryEmbedding.rotation`, a :class:`Rotation`) and every layer rotates its queries and
+keys with them, as Hugging Face's Llama does with its ``position_embeddings``.
 """
 
 from __future__ import annotations
 
 import numbers
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from ._validate import require_positive_int, require_tensor, shape_str
 
-__all__ = ["RotaryEmbedding", "rotate_half"]
+__all__ = ["RotaryEmbedding", "Rotation", "rotate_half"]
 
 
 def rotate_half(x: Tensor) -> Tensor:
@@ -33,8 +38,22 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+class Rotation(NamedTuple):
+    """The rotation of L tokens: cos and sin of their angles p · θ_i, each (L, D) (the D/2
+    angles twice), in the dtype of the vectors they rotate. Made once per forward, applied to
+    the queries and keys of every layer."""
+
+    cos: Tensor
+    sin: Tensor
+
+    def rotate(self, x: Tensor) -> Tensor:
+        """x (..., L, D) rotated: x cos + rotate_half(x) sin."""
+        return x * self.cos + rotate_half(x) * self.sin
+
+
 class RotaryEmbedding(nn.Module):
-    """Rotates queries or keys (B, H, L, D) by their positions (L,): ``forward(x, positions)``.
+    """Rotates queries or keys (B, H, L, D) by their positions (L,): ``forward(x, positions)``;
+    ``rotation(positions, dtype)`` is the same rotation computed once, for many tensors.
 
     Positions are absolute: with a KV cache, the new tokens' positions continue where the cache
     stopped (``torch.arange(cached, cached + L)``), so a key is rotated once, when it is cached.
@@ -63,12 +82,16 @@ class RotaryEmbedding(nn.Module):
         angles = torch.cat((angles, angles), dim=-1)  # (L, D): feature i and i + D/2 share one
         return angles.cos(), angles.sin()
 
+    def rotation(self, positions: Tensor, dtype: torch.dtype = torch.float32) -> Rotation:
+        """The :class:`Rotation` of tokens at ``positions`` (L,), for vectors in ``dtype`` (the
+        angles are computed in float64, then rounded once)."""
+        cos, sin = self.angles(positions)
+        return Rotation(cos.to(dtype), sin.to(dtype))
+
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         """x (..., L, D) rotated by ``positions`` (L,): x cos + rotate_half(x) sin."""
         self._check(x, positions)
-        cos, sin = self.angles(positions)
-        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-        return x * cos + rotate_half(x) * sin
+        return self.rotation(positions, x.dtype).rotate(x)
 
     def _check(self, x, positions) -> None:
         require_tensor("x", x)

@@ -33,7 +33,6 @@ and keeps the fastest.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.metadata as metadata
 import importlib.util
@@ -42,6 +41,7 @@ import numbers
 import os
 import platform
 import sys
+import types
 
 import torch
 import torch.nn.functional as F
@@ -52,8 +52,10 @@ from ._validate import require_ndim, require_tensor, shape_str
 __all__ = [
     "flash_attention",
     "flash_forward",
+    "COURSE_STEP",
     "attention_backward",
     "triton_unavailable",
+    "stand_in_for_triton",
     "interpreting",
     "MIN_TRITON",
 ]
@@ -66,6 +68,9 @@ MAX_HEAD_DIM = 128
 the next power of two, at least 16 (the smallest side ``tl.dot`` takes)."""
 INTERPRETER_BLOCKS = (16, 16)
 """(BLOCK_M, BLOCK_N) in the interpreter: small tiles, so that small inputs span several."""
+GPU_BLOCKS = (64, 32)
+"""(BLOCK_M, BLOCK_N) on a GPU when the launch is not the autotuned one (a learner's launch, or
+a grid of theirs): tiles every NVIDIA GPU of the last years takes."""
 GPU_CONFIGS = {
     # (BLOCK_M, BLOCK_N, num_warps, num_stages) that the autotuner times, by GPU. Ampere and newer
     # (A100, H100): the fused-attention tutorial's, and 8 warps to share D = 128's accumulator.
@@ -85,6 +90,9 @@ def triton_unavailable() -> str | None:
     """None where Triton is installed (at least :data:`MIN_TRITON`); otherwise why not, in one
     line, with the fix. It does not import Triton (see the interpreter rule above): an install
     whose import fails is found by :func:`flash_attention`, which raises ImportError then."""
+    stand_in = getattr(sys.modules.get("triton"), STAND_IN, None)
+    if stand_in is not None:
+        return stand_in
     try:
         found = "triton" in sys.modules or importlib.util.find_spec("triton") is not None
     except (ImportError, ValueError):  # a stand-in module, or a broken package
@@ -103,6 +111,30 @@ def triton_unavailable() -> str | None:
             f"pip install --upgrade 'triton>={_dotted(MIN_TRITON)}'"
         )
     return None
+
+
+STAND_IN = "__mha_course_stand_in__"  # on a stand-in for Triton: why Triton is not there
+
+
+def stand_in_for_triton() -> str | None:
+    """Where Triton is not installed (macOS, Windows), put a stand-in for it in ``sys.modules``
+    so that lesson 09's cells that define kernels (``import triton``, ``@triton.jit``) still run
+    there: ``triton.jit`` leaves a function as it is, and every launch and check says why nothing
+    runs (:func:`triton_unavailable` gives the reason, as before). Returns that reason; where
+    Triton is installed (or cannot be imported for another reason) it does nothing."""
+    reason = triton_unavailable()
+    already = getattr(sys.modules.get("triton"), STAND_IN, None) is not None
+    if reason is None or already or "not installed" not in reason:
+        return reason
+    language = types.ModuleType("triton.language")
+    language.constexpr = type("constexpr", (), {"__doc__": "A stand-in: no Triton here."})
+    triton = types.ModuleType("triton", "A stand-in for Triton, which is not installed here.")
+    triton.jit = lambda fn=None, **options: fn if fn is not None else (lambda fn: fn)
+    triton.cdiv = lambda a, b: -(-a // b)
+    triton.language = language
+    setattr(triton, STAND_IN, reason)
+    sys.modules.update({"triton": triton, "triton.language": language})
+    return reason
 
 
 def interpreting() -> bool:
@@ -157,6 +189,27 @@ def _release(version: str) -> tuple[int, ...]:
 
 def _dotted(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
+
+
+class _CourseStep:
+    """The course's inner step, :func:`mha_course.triton_kernels.attend_tile`, named without
+    importing Triton (which must wait until a lesson has set ``TRITON_INTERPRET``): the registry
+    hands it out as the exercise ``attend_tile``'s reference, and every function here that takes a
+    step takes it for the course's own."""
+
+    def resolve(self):
+        return _kernels().attend_tile
+
+    def __repr__(self) -> str:
+        return "<the course's attend_tile, mha_course.triton_kernels.attend_tile>"
+
+
+COURSE_STEP = _CourseStep()
+
+
+def course_step(step):
+    """``step`` as the kernel takes it: the course's own for None or :data:`COURSE_STEP`."""
+    return _kernels().attend_tile if step is None or step is COURSE_STEP else step
 
 
 # ---------------------------------------------------------------- attention, and its gradients
@@ -267,15 +320,19 @@ def flash_forward(
     step=None,
     grid=None,
     blocks: tuple[int, int] | None = None,
+    launch=None,
 ) -> tuple[Tensor, Tensor]:
     """The forward kernel alone: (output (B, H, L, D), lse (B, H, L) float32, each query's
     log-sum-exp of its scaled scores). No autograd; D a power of two from 16 to 128.
 
     For the lesson's exercises: ``step``, a ``@triton.jit`` inner step with
     :func:`~mha_course.triton_kernels.attend_tile`'s signature, runs in the kernel in place of
-    it; ``grid(B, H, L, BLOCK_M)`` in place of :func:`~mha_course.triton_kernels.launch_grid`
-    (the rows of a tile that no program computes come out NaN); ``blocks`` = (BLOCK_M, BLOCK_N),
-    powers of two from 16 to 256, instead of the defaults (the interpreter's, or the autotuner's).
+    it; ``launch(kernel, q, k, v, *, is_causal, scale, BLOCK_M, BLOCK_N) -> (output, lse)`` in
+    place of :func:`~mha_course.triton_launch.launch_kernel`, and ``grid(B, H, L, BLOCK_M)`` in
+    place of its grid (both launched through :class:`~mha_course.triton_launch.FlashKernel`,
+    which checks every launch; the rows of a tile that no program computes come out NaN);
+    ``blocks`` = (BLOCK_M, BLOCK_N), powers of two from 16 to 256, instead of the defaults (the
+    interpreter's, or on a GPU the autotuner's).
     """
     scale = _check_inputs(q, k, v, None, is_causal, scale)
     D = q.size(-1)
@@ -285,59 +342,58 @@ def flash_forward(
             f"got D = {D} (q {shape_str(q.shape)}); flash_attention pads any D up to one"
         )
     _kernels()  # ImportError, with the reason, where Triton cannot run
-    if step is not None and not _is_triton_function(step):
+    step = course_step(step)
+    if not _is_triton_function(step):
         raise TypeError(f"step must be a @triton.jit function, got {type(step).__name__}")
     if blocks is not None:
         _check_blocks(blocks)
-    return _launch(q, k, v, is_causal, scale, step, grid, blocks)
+    return _launch(q, k, v, is_causal, scale, step, grid, blocks, launch)
 
 
-def _launch(q, k, v, is_causal, scale, step=None, grid=None, blocks=None):
-    """Run the kernel: (output, lse). The kernel and ``step`` (default: the package's) in the mode
-    of the moment, compiled or interpreted; a custom ``grid``'s launches are checked first."""
-    kernels = _kernels()
-    step = kernels.attend_tile if step is None else step
+def _launch(q, k, v, is_causal, scale, step=None, grid=None, blocks=None, launch=None):
+    """Run the kernel: (output, lse). On a GPU, with nothing but ``step`` asked for, the
+    autotuned kernel; otherwise ``launch`` (default: the package's) through the checked
+    :class:`~mha_course.triton_launch.FlashKernel`."""
+    from . import triton_launch
+
     interpret = interpreting()
+    if q.numel() == 0:
+        B, H, L, _ = q.shape
+        return torch.empty_like(q), torch.empty((B, H, L), device=q.device, dtype=torch.float32)
+    if interpret or blocks is not None or grid is not None or launch is not None:
+        block_m, block_n = blocks or (INTERPRETER_BLOCKS if interpret else GPU_BLOCKS)
+        kernel = triton_launch.flash_kernel(step, grid=grid)
+        launch = launch or triton_launch.launch_kernel
+        return launch(
+            kernel, q, k, v, is_causal=is_causal, scale=scale, BLOCK_M=block_m, BLOCK_N=block_n
+        )
+    return _launch_autotuned(q, k, v, is_causal, scale, step)
+
+
+def _launch_autotuned(q, k, v, is_causal, scale, step):
+    """The kernel on a GPU, its tile sizes chosen by Triton's autotuner (:func:`_autotuned`)."""
+    from .triton_launch import running
+
+    kernels = _kernels()
     B, H, L, D = q.shape
-    S = k.size(-2)
-    fill = torch.nan if grid is not None else None  # rows no program writes must show
-    output = _new(q.shape, q, q.dtype, fill)
-    lse = _new((B, H, L), q, torch.float32, fill)
-    if output.numel() == 0:
-        return output, lse
-    kernel = _in_mode(kernels.flash_forward_kernel, interpret)
+    output = torch.empty_like(q)
+    lse = torch.empty((B, H, L), device=q.device, dtype=torch.float32)
+    newer = torch.cuda.get_device_capability(q.device) >= (8, 0)
+    kernel = _autotuned(
+        _in_mode(kernels.flash_forward_kernel, False), "ampere+" if newer else "turing"
+    )
     options = {}
-    if blocks is None and not interpret:
-        newer = torch.cuda.get_device_capability(q.device) >= (8, 0)
-        kernel = _autotuned(kernel, "ampere+" if newer else "turing")
-    else:
-        block_m, block_n = blocks or INTERPRETER_BLOCKS
-        options = {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 4, "num_stages": 2}
-    if q.dtype == torch.float32 and not interpret and not torch.backends.cuda.matmul.allow_tf32:
+    if q.dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
         options["default_dot_input_precision"] = "ieee"  # float32 means float32, as in torch
-    grid_of = _checked_grid(grid, B, H, L) if grid is not None else kernels.launch_grid
-    with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
-        try:
-            kernel[lambda meta: grid_of(B, H, L, meta["BLOCK_M"])](
-                q, k, v, output, lse,
-                *q.stride(), *k.stride(), *v.stride(), *output.stride(),
-                H, L, S, scale * LOG2_E,
-                D=D, IS_CAUSAL=is_causal, STEP=_in_mode(step, interpret), **options,
-            )  # fmt: skip
-        except Exception as error:
-            if interpret and "only 0-dimensional arrays" in str(error):  # NumPy 2.4 and up
-                raise RuntimeError(
-                    f"the interpreter of Triton {_triton_version()} fails with this NumPy: "
-                    f"pip install --upgrade triton (or 'numpy<2.4')"
-                ) from error
-            raise
+    step = _in_mode(course_step(step), False)
+    with running(q, False):
+        kernel[lambda meta: kernels.launch_grid(B, H, L, meta["BLOCK_M"])](
+            q, k, v, output, lse,
+            *q.stride(), *k.stride(), *v.stride(), *output.stride(),
+            H, L, k.size(-2), scale * LOG2_E,
+            D=D, IS_CAUSAL=is_causal, STEP=step, **options,
+        )  # fmt: skip
     return output, lse
-
-
-def _new(shape, like: Tensor, dtype: torch.dtype, fill: float | None) -> Tensor:
-    if fill is None:
-        return torch.empty(shape, dtype=dtype, device=like.device)
-    return torch.full(shape, fill, dtype=dtype, device=like.device)
 
 
 def _is_triton_function(function) -> bool:
@@ -371,31 +427,6 @@ def _autotuned(kernel, gpu: str):
         for m, n, warps, stages in GPU_CONFIGS[gpu]
     ]
     return triton.autotune(configs, key=["L", "S", "D", "IS_CAUSAL"])(kernel)
-
-
-def _checked_grid(grid, B: int, H: int, L: int):
-    """A learner's ``grid(B, H, L, BLOCK_M)``, whose answer is checked before the kernel runs: two
-    whole numbers, no more programs than there are tiles of queries and (batch, head) pairs (a
-    program past them would write outside the output)."""
-
-    def checked(B_, H_, L_, block_m):
-        got = grid(B_, H_, L_, block_m)
-        if not (
-            isinstance(got, (tuple, list))
-            and len(got) == 2
-            and all(isinstance(n, int) and not isinstance(n, bool) for n in got)
-        ):
-            raise TypeError(f"grid must return a tuple of two ints, got {got!r}")
-        most = (math.ceil(L / block_m), B * H)
-        if got[0] > most[0] or got[1] > most[1] or min(got) < 0:
-            raise ValueError(
-                f"grid(B={B}, H={H}, L={L}, BLOCK_M={block_m}) = {tuple(got)} launches programs "
-                f"with no queries to compute: at most {most} here, and a program past them would "
-                f"write outside the output"
-            )
-        return tuple(got)
-
-    return checked
 
 
 # ---------------------------------------------------------------- argument checks

@@ -203,3 +203,38 @@ def test_may_attend_mask_shape_dtype_and_not_done(capsys):
         "expected (4, 4)",
     )
     not_done(check_may_attend_mask, skeleton, capsys)
+
+
+def test_may_attend_mask_names_the_mistakes_of_its_steps():
+    """The padding and causal steps' own mistakes, made inside the whole mask."""
+
+    def one_row_per_sentence(S, lengths=None, causal=False):
+        mask = may_attend(S, lengths, causal)
+        return mask if lengths is None else mask[:, -1]  # (B, S)
+
+    def lengths_without_an_axis(S, lengths=None, causal=False):
+        mask = ones(S).tril() if causal else ones(S)
+        return mask if lengths is None else mask & (torch.arange(S) < lengths)[:, None, :]
+
+    def first_sentence_only(S, lengths=None, causal=False):
+        mask = may_attend(S, lengths, causal)
+        return mask if lengths is None else mask[:1]
+
+    def additive(S, lengths=None, causal=False):
+        blocked = ~may_attend(S, lengths, causal)
+        return torch.zeros(blocked.shape).masked_fill(blocked, float("-inf"))
+
+    def a_fixed_size(S, lengths=None, causal=False):
+        return may_attend(S if lengths is not None else 4, lengths, causal)
+
+    fails_with(check_may_attend_mask, one_row_per_sentence, "expected (2, 4, 4)", "is (B, S)")
+    fails_with(
+        check_may_attend_mask,
+        lengths_without_an_axis,
+        "Case 'lengths [4, 2], S = 4, causal'",
+        "RuntimeError",
+        "only when each has an axis of its own",
+    )
+    fails_with(check_may_attend_mask, first_sentence_only, "shape (1, 4, 4), expected (2, 4, 4)")
+    fails_with(check_may_attend_mask, additive, "torch.float32", "the additive float form")
+    fails_with(check_may_attend_mask, a_fixed_size, "Case 'S = 7, causal", "expected (7, 7)")

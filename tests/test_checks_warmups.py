@@ -36,6 +36,12 @@ def test_softmax_accepts_correct_answers(candidate, capsys):
     [
         (lambda s: torch.softmax(s, 0), "the first axis"),
         (lambda s: s.exp() / s.exp().sum(-1, keepdim=True), "exp overflowed"),
+        (
+            lambda s: (lambda e: e / e.sum(-1, keepdim=True))(
+                (s - s.amax(-1, keepdim=True).clamp_min(0)).exp()  # guards huge scores only
+            ),
+            "underflowed to 0, and 0/0 is NaN",
+        ),
         (lambda s: s.exp(), "did not divide"),
         (lambda s: s.exp() / s.exp().sum(), "sum of the whole tensor"),
         (

@@ -26,7 +26,7 @@ BY_FILE = {picture.filename: picture for picture in diagrams.PICTURES}
 # A picture drawn for a lesson that is not written yet: kept in images/ so that the lesson's
 # author finds it ready. When the lesson's notebook exists, it must show the picture (below), and
 # the picture leaves this list.
-AWAITING_THEIR_LESSON = {"flash_kernel_grid": "09"}
+AWAITING_THEIR_LESSON: dict[str, str] = {}
 
 
 def lesson_exists(lesson: str) -> bool:

@@ -338,18 +338,18 @@ def test_encoder_checks_and_converts_the_masks_once_for_all_its_layers(monkeypat
     """Six layers, one key padding mask: checked and converted once in Encoder.forward, and the
     same canonical mask is handed to every layer."""
     calls, seen = [], []
-    canonical, attend = masks.canonical, MultiHeadAttention._attend
+    canonical, attend = masks.canonical, MultiHeadAttention.attend
 
     def spy(*args, **kwargs):
         calls.append(args)
         return canonical(*args, **kwargs)
 
-    def attend_spy(self, query, key, value, mask, need_weights, cache=None):
+    def attend_spy(self, query, key, value, mask, **kwargs):
         seen.append(mask)
-        return attend(self, query, key, value, mask, need_weights, cache)
+        return attend(self, query, key, value, mask, **kwargs)
 
     monkeypatch.setattr(masks, "canonical", spy)
-    monkeypatch.setattr(MultiHeadAttention, "_attend", attend_spy)
+    monkeypatch.setattr(MultiHeadAttention, "attend", attend_spy)
     encoder = Encoder(EncoderLayer(8, 2, 16, dropout=0.0), num_layers=6).eval()
     x, pad = torch.randn(2, 4, 8), padding_mask([4, 2], 4)
     for need_weights in (False, True):

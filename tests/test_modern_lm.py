@@ -4,6 +4,7 @@ written out with loops; the KV cache with every option; torch.compile; clear err
 
 import copy
 import math
+from collections import Counter
 
 import pytest
 import torch
@@ -13,8 +14,22 @@ from module_helpers import bloom_alibi_slopes, llama_attention, llama_rotary
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaAttention
 
-from mha_course import DecoderLM, generate
-from mha_course.modern import GroupedQueryAttention, kv_cache_bytes, sliding_window_attention
+from mha_course import (
+    DecoderLM,
+    EncoderLayer,
+    MultiHeadAttention,
+    RotaryEmbedding,
+    generate,
+    masks,
+)
+from mha_course import lm as lm_module
+from mha_course.lm import DecoderBlock
+from mha_course.modern import (
+    GroupedQueryAttention,
+    decoder_mask,
+    kv_cache_bytes,
+    sliding_window_attention,
+)
 
 f64 = torch.float64
 V, E, H = 23, 32, 4
@@ -260,17 +275,70 @@ def test_bad_arguments_get_clear_errors():
 
 
 def test_grouped_query_attention_weights_are_per_query_head():
-    attn = GroupedQueryAttention(E, H, 2, rope_base=10000.0).to(f64)
+    attn = GroupedQueryAttention(E, H, 2).to(f64)
     x = torch.randn(2, 6, E, dtype=f64)
-    from mha_course import masks
-
     mask = masks.causal_over_cache(6, 6, f64)
-    out, weights = attn._attend(x, x, x, mask, need_weights=True)
-    fast, none = attn._attend(x, x, x, mask, need_weights=False)
+    rope = RotaryEmbedding(E // H).rotation(torch.arange(6), f64)
+    out, weights = attn.attend(x, x, x, mask, rope=rope, need_weights=True)
+    fast, none = attn.attend(x, x, x, mask, rope=rope, need_weights=False)
     assert weights.shape == (2, H, 6, 6) and none is None
     torch.testing.assert_close(out, fast)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, H, 6, dtype=f64))
     assert (weights.triu(1) == 0).all()
+
+
+# ---------------------------------------------------------------- the attention protocol
+
+
+def test_a_block_is_built_with_its_attention_and_is_the_pre_ln_encoder_layer():
+    """DecoderBlock(attention, ...) has the state dict of EncoderLayer(norm_first=True) and,
+    given the causal mask, its output."""
+    layer = EncoderLayer(E, H, 48, dropout=0.0, activation="gelu", norm_first=True).to(f64)
+    block = DecoderBlock(MultiHeadAttention(E, H, dtype=f64), E, 48, dtype=f64)
+    assert block.state_dict().keys() == layer.state_dict().keys()
+    block.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 7, E, dtype=f64)
+    causal = masks.causal_over_cache(7, 7, f64)
+    torch.testing.assert_close(block(x, causal), layer(x, is_causal=True))
+
+
+def test_mha_and_gqa_with_as_many_heads_answer_the_protocol_alike():
+    """The same weights, the same call attend(x, x, x, mask, rope=..., need_weights=True)."""
+    gqa = GroupedQueryAttention(E, H).to(f64)
+    mha = MultiHeadAttention(E, H, dtype=f64)
+    mha.load_state_dict(gqa.state_dict())
+    x = torch.randn(2, 6, E, dtype=f64)
+    mask = decoder_mask(6, 6, f64, window=3)
+    rope = RotaryEmbedding(E // H).rotation(torch.arange(6), f64)
+    for ours, theirs in zip(
+        gqa.attend(x, x, x, mask, rope=rope, need_weights=True),
+        mha.attend(x, x, x, mask, rope=rope, need_weights=True),
+    ):
+        torch.testing.assert_close(ours, theirs)
+    with pytest.raises(ValueError, match=r"GroupedQueryAttention is self-attention"):
+        gqa.attend(x, x.clone(), x, mask)
+
+
+@pytest.mark.parametrize("options", [OPTIONS[4], OPTIONS[6]], ids=[IDS[4], IDS[6]])
+def test_positions_mask_and_rotation_are_made_once_per_forward(options, monkeypatch):
+    """However many blocks, a forward builds its tokens' mask and rotation once."""
+    lm = small_lm(num_layers=3, **options)
+    made = Counter()
+
+    def counted(name, function):
+        def wrapper(*args, **kwargs):
+            made[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(lm_module, "decoder_mask", counted("mask", lm_module.decoder_mask))
+    monkeypatch.setattr(RotaryEmbedding, "rotation", counted("rotation", RotaryEmbedding.rotation))
+    ids = torch.randint(0, V, (2, 9))
+    lm(ids)
+    cache = lm.new_cache(2)
+    lm(ids[:, :5], cache=cache), lm(ids[:, 5:], cache=cache)
+    assert made["mask"] == 3 and made["rotation"] == (3 if lm.rotary is not None else 0)
 
 
 # ---------------------------------------------------------------- sliding windows in blocks

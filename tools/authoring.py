@@ -16,6 +16,7 @@ nothing is stale.
     python tools/authoring.py set-repo OWNER/NAME[@REF]   # a fork: re-point every link to it
     python tools/authoring.py export nbgrader OUT/   # the lessons for nbgrader (or otter)
     python tools/authoring.py hub-link HUB_URL       # the nbgitpuller link for a JupyterHub
+    python tools/authoring.py new-exercise NAME --lesson NN   # scaffold an exercise (CONTRIBUTING.md)
 
 A learner's fresh notebook is ``python -m mha_course reset 02``, in the package.
 """
@@ -519,12 +520,30 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument(
         "--run", action="store_true", help="also execute each notebook: run time and peak memory"
     )
+    ne = sub.add_parser(
+        "new-exercise",
+        help="scaffold an exercise: its cell in the lesson's solution notebook, its checker "
+        "module with an empty case table, and its test (see CONTRIBUTING.md)",
+    )
+    ne.add_argument("name", help="what the learner writes, e.g. rms_norm or RMSNorm")
+    ne.add_argument("--lesson", required=True, help="the lesson's number, e.g. 03")
     import exports  # the grading tools' formats and the hub link (tools/exports.py)
 
     exports.add_commands(sub)
     args = parser.parse_args(argv)
     if args.command in exports.COMMANDS:
         return exports.run(args)
+    if args.command == "new-exercise":
+        from new_exercise import new_exercise
+
+        try:
+            written = new_exercise(args.name, args.lesson)
+        except ValueError as error:
+            parser.error(str(error))
+        for path in written:
+            print(f"wrote {path.relative_to(ROOT)}")
+        print("next: CONTRIBUTING.md, 'Adding an exercise'")
+        return 0
     if args.command == "clean":
         changed = [p for p in args.paths if clean_file(p)]
         for p in changed:

@@ -8,14 +8,14 @@ row per case with the two medians and their ratio, ours / theirs.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from .measure import time_alternating
 
-__all__ = ["script_parser", "Comparison"]
+__all__ = ["script_parser", "Comparison", "device_name"]
 
 
 def script_parser(description: str, quick_help: str) -> argparse.ArgumentParser:
@@ -62,11 +62,12 @@ class Comparison:
 
     def medians(self, theirs: Callable, ours: Callable) -> tuple[float, float]:
         """Seconds per call of ``theirs()`` and ``ours()``: each the median over rounds."""
-        timings = self.all_medians({"theirs": theirs, "ours": ours})
+        timings = self.timings({"theirs": theirs, "ours": ours})
         return timings["theirs"], timings["ours"]
 
-    def all_medians(self, calls: Mapping[str, Callable]) -> dict[str, float]:
-        """Seconds per call of each of ``calls``, timed in alternating rounds: the medians."""
+    def timings(self, calls: dict[str, Callable]) -> dict[str, float]:
+        """Seconds per call of each of ``calls`` (name -> call), timed in alternating rounds:
+        each the median over rounds."""
         timings = time_alternating(
             calls,
             rounds=self.rounds,
@@ -75,3 +76,8 @@ class Comparison:
             clock="cpu" if self.cpu_time else "wall",
         )
         return {name: timing.median for name, timing in timings.items()}
+
+
+def device_name(device: torch.device) -> str:
+    """What a script's header calls the device: the GPU's name, or "CPU"."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"

@@ -33,6 +33,7 @@ LESSON_MODULES = (
     "l07_generation",
     "l07_cross_attention",
     "l08_modern",
+    "l09_flash",
 )
 """The checker modules, in the lessons' order: the order the registry lists the exercises in."""
 

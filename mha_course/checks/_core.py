@@ -191,7 +191,10 @@ def _helpers(exercise: str, candidate) -> list[Helper]:
 
 def _helpers_not_done(exercise: str, candidate, error: BaseException) -> NotDoneYet:
     """NotDoneYet for ``candidate``: plain when its own code is the skeleton, naming the helper
-    when the skeleton that raised is another exercise's that it uses."""
+    when the skeleton that raised is another exercise's that it uses; a checker's own NotDoneYet
+    that says why (it cannot check on this machine) as it is."""
+    if isinstance(error, NotDoneYet) and str(error):
+        return error
     while error is not None and not isinstance(error, NotImplementedError):
         error = error.__cause__ or error.__context__
     if error is None:
@@ -289,8 +292,9 @@ def exercise(
 
 
 def snake_case(name: str) -> str:
-    """``MultiHeadAttention`` -> ``multi_head_attention``, ``CharLM`` -> ``char_lm``."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    """``MultiHeadAttention`` -> ``multi_head_attention``; an acronym is one word:
+    ``RMSNorm`` -> ``rms_norm``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 _KNOWN_CRASHES = (

@@ -18,6 +18,10 @@ def _softmax_cases():
     yield Case("a (3, 4) matrix: one softmax per row", (randn(3, 4),))
     yield Case("a batch (2, 3, 4)", (randn(2, 3, 4),))
     yield Case("huge scores (up to 1000)", (torch.tensor([[1000.0, 999.0, 0.0], [-5, 0, 5]]),))
+    yield Case(
+        "hugely negative scores (a row of -1000, -1001, -1002)",
+        (torch.tensor([[-1000.0, -1001, -1002], [1, 2, 3]]),),
+    )
     inf = float("-inf")
     yield Case("-inf scores (masked keys) get weight 0", (torch.tensor([[0.5, inf, 1.0, inf]]),))
 
@@ -27,6 +31,24 @@ def _shifted_exp(s, dim=-1):
 
 
 _ROWS = "each row is normalised by its own sum, over the last axis"
+_SHIFT = (
+    "softmax(s - c) = softmax(s) for any c taken from a whole row: which c keeps every exponent "
+    "at most 0, and one of them exactly 0?"
+)
+
+
+def _nan_in_softmax(got, case: Case) -> str | None:
+    """NaN in a row whose exponentials overflow (inf/inf) or all underflow (0/0)."""
+    scores = case.args[0]
+    nan = torch.isnan(got).reshape(-1, scores.size(-1)).any(-1)
+    top = scores.reshape(-1, scores.size(-1))[nan].amax(-1)
+    if bool((top > 80).any()):
+        return f"exp overflowed to inf, and inf/inf is NaN: {_SHIFT}"
+    if bool((top < -80).any()):
+        return f"every exp of the row underflowed to 0, and 0/0 is NaN: {_SHIFT}"
+    return None
+
+
 SOFTMAX = Table(
     cases=_softmax_cases,
     reference=lambda s: torch.softmax(s, dim=-1),
@@ -69,12 +91,7 @@ SOFTMAX = Table(
         Out(
             "the weights",
             shape_hint="softmax keeps the shape of the scores; a sum that drops its axis changes it.",
-            cause=lambda got, case: (
-                "exp overflowed to inf, and inf/inf is NaN: softmax(x) = softmax(x - max(x)), so "
-                "subtract each row's max before taking exponentials."
-                if torch.isnan(got).any()
-                else None
-            ),
+            cause=_nan_in_softmax,
         )
     ],
     crash="a shape mix-up: a row's max and a row's sum must keep a length-1 last axis, shape "

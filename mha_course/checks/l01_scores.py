@@ -40,6 +40,11 @@ def _mT(t):
 
 _ONLY_THE_LAST_TWO = "only the keys' last two axes are swapped, whatever comes before them"
 _SCORE_FLAWS = {
+    "no scale": "the scores are not scaled: their variance is d_k (the lesson's prediction), not 1.",
+    "divided by d_k": "the scores are divided by d_k itself, which divides their variance, d_k, "
+    "by d_k²: 1/d_k instead of 1.",
+    "multiplied by √d_k": "the scores are multiplied by √d_k, which multiplies their variance, "
+    "d_k, by d_k: d_k² instead of 1.",
     "scaled by √S": "the scores are scaled by the number of keys S; the scale is 1/√d_k, d_k "
     "being the size of each query and key vector.",
     "keys.T on a batch": f"the T attribute reverses every axis of batched keys: {_ONLY_THE_LAST_TWO}.",
@@ -89,11 +94,10 @@ def _score_cases():
 
 
 attention_scores = _scores()
-_FAMILY = ("no scale", "divided by d_k", "multiplied by √d_k", "scores transposed")
 SCORES = Table(
     cases=_score_cases,
     reference=attention_scores,
-    mistakes=families.mistakes(_scores, (*_FAMILY, *_SCORE_FLAWS), **_SCORE_FLAWS),
+    mistakes=families.mistakes(_scores, (*_SCORE_FLAWS, "scores transposed"), **_SCORE_FLAWS),
     outputs=[
         Out(
             "the scores",
@@ -107,7 +111,7 @@ check_attention_scores = exercise(
     "attention_scores",
     "01",
     reference=attention_scores,
-    todo="Replace `raise NotImplementedError` with Q Kᵀ divided by √d_k.",
+    todo="Replace `raise NotImplementedError` with the scores, scaled to a variance of 1.",
     table=SCORES,
 )
 
@@ -166,12 +170,27 @@ _MASK_FLAWS = {
 
 def _mask_shape_hint(got, case) -> str:
     S, lengths = case.args[0], case.kwargs["lengths"]
-    if lengths is not None and tuple(got.shape) == (len(lengths), 1, S):
+    B = None if lengths is None else len(lengths)
+    if lengths is not None and tuple(got.shape) in ((B, 1, S), (B, S)):
         return (
-            "your mask is (B, 1, S): right for padding alone, but this exercise returns one row "
-            "per query, (B, S, S), so that the causal part fits in too."
+            f"your mask is {'(B, 1, S)' if got.dim() == 3 else '(B, S)'}: right for padding "
+            "alone, but this exercise returns one row per query, (B, S, S), so that the causal "
+            "part fits in too."
         )
     return "(S, S) without lengths, (B, S, S) with lengths: one row per query, one column per key."
+
+
+_WHERE_TRUE = "True where key j is a real token (j < lengths[b]) and, when causal, j ≤ i."
+
+
+def _mask_values_hint(got, case) -> str:
+    if got.is_floating_point() and bool(((got == 0) | got.isneginf()).all()):
+        return (
+            "this is the additive float form of a mask (0 where allowed, -inf where blocked), "
+            "which torch's attention also takes; this exercise returns the bool form: "
+            + _WHERE_TRUE
+        )
+    return _WHERE_TRUE
 
 
 def _mask_cases():
@@ -185,6 +204,7 @@ def _mask_cases():
     yield case("B = S: lengths [1, 3, 2], S = 3, causal", 3, torch.tensor([1, 3, 2]), True)
     yield case("a length of 0: lengths [0, 3], S = 3", 3, torch.tensor([0, 3]))
     yield case("lengths of dtype int32: [2, 1], S = 3", 3, torch.tensor([2, 1], dtype=torch.int32))
+    yield case("S = 7, causal: another size", 7, causal=True)
 
 
 _FAMILY = ("causal upper triangle", *_MASK_FLAWS, "causal without the diagonal")
@@ -196,11 +216,12 @@ MAY_ATTEND = Table(
         Out(
             "the mask's entries",
             shape_hint=_mask_shape_hint,
-            fallback="True where key j is a real token (j < lengths[b]) and, when causal, j ≤ i.",
+            fallback=_mask_values_hint,
         )
     ],
-    crash="the padding part has one row per sentence and one column per key, (B, 1, S); it "
-    "broadcasts against the (S, S) causal part to (B, S, S).",
+    crash="the lengths (B,) and the positions (S,) make a (B, S) table of the real keys only "
+    "when each has an axis of its own; with an axis for the queries, (B, 1, S), it broadcasts "
+    "against the (S, S) causal part to (B, S, S).",
 )
 check_may_attend_mask = exercise(
     "may_attend_mask",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import linecache
 import os
 import sys
 from pathlib import Path
@@ -30,6 +31,15 @@ def _emit(results: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def _compiled(source: str, name: str):
+    """The answer's code, under the file name ``<name>.py``, its lines in linecache as IPython
+    keeps a cell's: so that what reads an answer's source (tracebacks, Triton's ``@triton.jit``)
+    finds it."""
+    filename = f"{name}.py"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return compile(source, filename, "exec")
 
 
 def grade_one(exercise, source: str | None, namespace: dict) -> tuple[str, str]:
@@ -43,7 +53,7 @@ def grade_one(exercise, source: str | None, namespace: dict) -> tuple[str, str]:
     if is_skeleton(source):
         return "not_done", "still the skeleton"
     try:
-        exec(compile(source, f"{name}.py", "exec"), namespace)
+        exec(_compiled(source, name), namespace)
     except BaseException as error:  # SyntaxError, an exception at import, SystemExit
         return "error", error_line(error)
     candidate = namespace.get(name)
@@ -74,7 +84,7 @@ def run(job: dict, results: Path) -> None:
         if name in known:  # graded by an earlier worker: rebuild the namespace only
             if known[name] == "pass":
                 with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-                    exec(compile(source, f"{name}.py", "exec"), namespace)
+                    exec(_compiled(source, name), namespace)
             else:
                 namespace[name] = exercise.reference
             continue
@@ -93,8 +103,11 @@ def run(job: dict, results: Path) -> None:
 def main(argv: list[str]) -> int:
     job_path, results = Path(argv[0]), Path(argv[1])
     import matplotlib
+    import torch
 
     matplotlib.use("Agg")  # an answer that plots must not open a window
+    if not torch.cuda.is_available():  # lesson 09's kernels run in Triton's interpreter, which is
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when Triton is first imported
     run(json.loads(job_path.read_text(encoding="utf-8")), results)
     return 0
 
