@@ -1,5 +1,5 @@
 """Rotary position embeddings (RoPE; Su et al. 2021, "RoFormer"), in the rotate-half layout of
-Llama and Hugging Face.
+GPT-NeoX and Hugging Face's Llama.
 
 Instead of adding a position vector to each token, RoPE rotates each query and key: the head's
 D features form D/2 pairs, and pair i of the token at position p turns by the angle p · θ_i,
@@ -7,9 +7,9 @@ D features form D/2 pairs, and pair i of the token at position p turns by the an
 a and b depends only on a - b, so q_m · k_n depends on the positions only through the offset
 m - n. Values are not rotated.
 
-Layout: feature i pairs with feature i + D/2 ("rotate half"), as Llama and Hugging Face do; the
-GPT-J/GPT-NeoX "interleaved" layout pairs features 2i and 2i + 1 instead. The two give the same
-model up to a permutation of the features, but weights trained in one layout need that one.
+Layout: feature i pairs with feature i + D/2 ("rotate half"); the "interleaved" layout of the
+paper, GPT-J and Meta's Llama code pairs features 2i and 2i + 1. The two give the same model up to
+a permutation of the features of W^Q and W^K (Hugging Face's Llama converter applies it).
 
     rotate(x)[..., :D/2] = x1 cos - x2 sin,    rotate(x)[..., D/2:] = x2 cos + x1 sin
     with x1 = x[..., :D/2], x2 = x[..., D/2:]; written x cos + rotate_half(x) sin

@@ -23,36 +23,41 @@ from checker_helpers import fails_with, not_done, passes, skeleton
 # ---------------------------------------------------------------- rotary: correct styles
 
 
-def rotary_lesson(x, positions, base=10000.0):
-    """The lesson's answer."""
+def rotary_lesson(x, positions, base=10000.0, interleaved=False):
+    """The lesson's answer: both layouts, the pairs sliced out and put back."""
     D = x.size(-1)
     theta = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
     angles = positions.to(torch.float64)[:, None] * theta
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    x1, x2 = x[..., : D // 2], x[..., D // 2 :]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    x1, x2 = (x[..., 0::2], x[..., 1::2]) if interleaved else (x[..., : D // 2], x[..., D // 2 :])
+    y1, y2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos
+    return torch.stack((y1, y2), dim=-1).flatten(-2) if interleaved else torch.cat((y1, y2), -1)
 
 
-def rotary_hugging_face(x, positions, base=10000.0):
-    """Hugging Face's style: cos and sin of every feature, and rotate_half."""
+def rotary_hugging_face(x, positions, base=10000.0, interleaved=False):
+    """Hugging Face's rotate_half (GPT-NeoX, Llama) and GPT-J's rotate_every_two."""
     D = x.size(-1)
     inv_freq = 1.0 / (base ** (torch.arange(0, D, 2).double() / D))
     freqs = torch.outer(positions.double(), inv_freq)
-    emb = torch.cat((freqs, freqs), dim=-1)
+    if interleaved:
+        emb = freqs.repeat_interleave(2, dim=-1)
+        turned = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    else:
+        emb = torch.cat((freqs, freqs), dim=-1)
+        turned = torch.cat((-x[..., D // 2 :], x[..., : D // 2]), dim=-1)
+    return x * emb.cos().to(x.dtype) + turned * emb.sin().to(x.dtype)
 
-    def rotate_half(t):
-        return torch.cat((-t[..., D // 2 :], t[..., : D // 2]), dim=-1)
 
-    return x * emb.cos().to(x.dtype) + rotate_half(x) * emb.sin().to(x.dtype)
-
-
-def rotary_complex(x, positions, base=10000.0):
-    """Complex numbers: pair i is x_i + i·x_{i+D/2}, multiplied by e^{i p θ}."""
+def rotary_complex(x, positions, base=10000.0, interleaved=False):
+    """Complex numbers, as Meta's Llama (view_as_complex on neighbours when interleaved)."""
     D = x.size(-1)
     theta = base ** (-2 * torch.arange(D // 2, dtype=torch.float64) / D)
     turn = torch.polar(
         torch.ones(len(positions), D // 2, dtype=torch.float64), positions[:, None] * theta
     )
+    if interleaved:
+        z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], -1, 2).contiguous()) * turn
+        return torch.view_as_real(z).flatten(-2).to(x.dtype)
     z = torch.complex(x[..., : D // 2].double(), x[..., D // 2 :].double()) * turn
     return torch.cat((z.real, z.imag), dim=-1).to(x.dtype)
 
@@ -64,12 +69,29 @@ def test_rotary_accepts_correct_answers(candidate, capsys):
     passes(check_rotary, candidate, capsys)
 
 
+def test_the_layouts_differ_by_the_converters_permutation():
+    """Meta's layout with W^Q, W^K equals rotate-half with their rows permuted per head, as
+    Hugging Face's converter does: the scores are the same."""
+    g = torch.Generator().manual_seed(0)
+    D, d, L = 8, 12, 5
+    W_q, W_k = (torch.randn(D, d, generator=g, dtype=torch.float64) for _ in range(2))
+    x, positions = torch.randn(L, d, generator=g, dtype=torch.float64), torch.arange(3, 3 + L)
+    order = torch.cat((torch.arange(0, D, 2), torch.arange(1, D, 2)))
+
+    def scores(wq, wk, interleaved):
+        q = reference.rotary(x @ wq.T, positions, interleaved=interleaved)
+        return q @ reference.rotary(x @ wk.T, positions, interleaved=interleaved).T
+
+    torch.testing.assert_close(scores(W_q, W_k, True), scores(W_q[order], W_k[order], False))
+    assert not torch.allclose(scores(W_q, W_k, True), scores(W_q, W_k, False))
+
+
 # ---------------------------------------------------------------- rotary: mistakes
 
 
-def rotary_mistaken(*, interleaved=False, ignore_positions=False, exponent="2i/D", sign=1.0,
+def rotary_mistaken(*, layout="right", ignore_positions=False, exponent="2i/D", sign=1.0,
                     swap=False, float64_out=False):  # fmt: skip
-    def rotary(x, positions, base=10000.0):
+    def rotary(x, positions, base=10000.0, interleaved=False):
         D = x.size(-1)
         i = torch.arange(D // 2, dtype=torch.float64)
         power = {"2i/D": -2 * i / D, "i/D": -i / D, "+2i/D": 2 * i / D}[exponent]
@@ -80,9 +102,13 @@ def rotary_mistaken(*, interleaved=False, ignore_positions=False, exponent="2i/D
             cos, sin = sin, cos
         if not float64_out:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-        if interleaved:
+        pairs = {"neighbours": True, "halves": False}.get(layout, interleaved)
+        if pairs:
             x1, x2 = x[..., 0::2], x[..., 1::2]
-            return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1).flatten(-2)
+            y = (x1 * cos - x2 * sin, x2 * cos + x1 * sin)
+            return (
+                torch.cat(y, -1) if layout == "back as halves" else torch.stack(y, -1).flatten(-2)
+            )
         x1, x2 = x[..., : D // 2], x[..., D // 2 :]
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
@@ -92,14 +118,25 @@ def rotary_mistaken(*, interleaved=False, ignore_positions=False, exponent="2i/D
 @pytest.mark.parametrize(
     "candidate, phrase",
     [
-        (rotary_mistaken(interleaved=True), "the GPT-J layout"),
+        (rotary_mistaken(layout="neighbours"), "you paired neighbouring features"),
+        (rotary_mistaken(layout="halves"), "your rotation ignores `interleaved`"),
+        (rotary_mistaken(layout="back as halves"), "written back as two halves"),
         (rotary_mistaken(ignore_positions=True), "ignores `positions`"),
         (rotary_mistaken(exponent="i/D"), "your frequencies are base^(-i/D)"),
         (rotary_mistaken(exponent="+2i/D"), "your frequencies grow with i"),
         (rotary_mistaken(sign=-1.0), "you turned each pair by -p·θ_i"),
         (rotary_mistaken(swap=True), "cos and sin are swapped"),
     ],
-    ids=["interleaved", "positions ignored", "i/D", "positive exponent", "other way", "swapped"],
+    ids=[
+        "neighbours always",
+        "interleaved ignored",
+        "back as halves",
+        "positions ignored",
+        "i/D",
+        "positive exponent",
+        "other way",
+        "swapped",
+    ],
 )
 def test_rotary_names_each_classic_mistake(candidate, phrase):
     fails_with(check_rotary, candidate, "Likely cause", phrase)
@@ -110,6 +147,18 @@ def test_rotary_positions_ignored_fails_only_once_positions_do_not_start_at_zero
     assert "Case 'one token, D = 4, position 1'" in message
 
 
+def test_rotary_interleaved_ignored_fails_on_the_first_interleaved_case():
+    message = fails_with(check_rotary, rotary_mistaken(layout="halves"), "Case '")
+    assert "Case 'interleaved, one token, D = 4, position 1'" in message
+
+
+def test_rotary_without_the_interleaved_argument_is_told_where_it_crashed():
+    def rotary(x, positions, base=10000.0):
+        return rotary_lesson(x, positions, base)
+
+    fails_with(check_rotary, rotary, "Case 'interleaved, one token", "interleaved")
+
+
 def test_rotary_wants_the_inputs_dtype():
     fails_with(check_rotary, rotary_mistaken(float64_out=True), "float32", "back to x's dtype")
 
@@ -117,7 +166,7 @@ def test_rotary_wants_the_inputs_dtype():
 def test_rotary_calling_the_package_is_told_to_write_it():
     from mha_course import RotaryEmbedding
 
-    def borrowed(x, positions, base=10000.0):
+    def borrowed(x, positions, base=10000.0, interleaved=False):
         return RotaryEmbedding(x.size(-1), base)(x, positions)
 
     fails_with(check_rotary, borrowed, "Your rotary calls the course's RotaryEmbedding")
@@ -175,11 +224,11 @@ def rope_attention_mistaken(*, rotate_v=False, q_positions="last", rotate_k=True
         (rope_attention_mistaken(rotate_v=True), "you rotated the values too"),
         (
             rope_attention_mistaken(q_positions="first"),
-            "the queries are rotated as if they were the first tokens",
+            "the queries are rotated as the first tokens",
         ),
         (
             rope_attention_mistaken(q_positions="zero"),
-            "the queries are rotated as if they were the first tokens",
+            "the queries are rotated as the first tokens",
         ),
         (rope_attention_mistaken(rotate_k=False), "only the queries are rotated"),
         (rope_attention_mistaken(mask="top-left"), "aligned top-left"),
@@ -207,53 +256,80 @@ def test_rope_attention_not_done_yet(capsys):
 # ---------------------------------------------------------------- alibi_bias
 
 
+def _paper_slopes(n):
+    """The ALiBi paper's get_slopes, as its code writes it."""
+
+    def power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + _paper_slopes(2 * closest)[0::2][: n - closest]
+
+
 def alibi_lesson(num_heads, L, S):
-    slopes = 2.0 ** (-8 * (torch.arange(num_heads) + 1) / num_heads)
-    distance = torch.arange(L)[:, None] - torch.arange(S)[None, :]
+    P = 2 ** int(math.log2(num_heads))  # the largest power of two <= num_heads
+
+    def geometric(n):
+        return 2.0 ** (-8 * torch.arange(1, n + 1) / n)
+
+    slopes = torch.cat((geometric(P), geometric(2 * P)[0::2]))[:num_heads]
+    distance = torch.arange(S - L, S)[:, None] - torch.arange(S)[None, :]
     return -slopes[:, None, None] * distance
 
 
 def alibi_loops(num_heads, L, S):
-    """Loops, float64, and -m·|i - j| (the entries above the diagonal are masked anyway)."""
+    """Loops, float64, the paper's slopes, and -m·|i - j| (the entries after the query are
+    masked anyway)."""
     bias = torch.zeros(num_heads, L, S, dtype=torch.float64)
-    for h in range(num_heads):
-        m = 2 ** (-8 * (h + 1) / num_heads)
+    for h, m in enumerate(_paper_slopes(num_heads)):
         for i in range(L):
             for j in range(S):
-                bias[h, i, j] = -m * abs(i - j)
+                bias[h, i, j] = -m * abs(S - L + i - j)
     return bias
 
 
-def alibi_geometric(num_heads, L, S):
-    """The slopes as a geometric sequence: start = 2^(-8/H), m_h = start^(h + 1)."""
-    start = 2 ** (-8 / num_heads)
-    slopes = torch.tensor([start ** (h + 1) for h in range(num_heads)])
-    i, j = torch.meshgrid(torch.arange(L), torch.arange(S), indexing="ij")
-    return torch.einsum("h,ls->hls", slopes, (j - i).float())
+def alibi_from_the_full_square(num_heads, L, S):
+    """The (S, S) bias of every token, and its last L rows."""
+    slopes = torch.tensor(_paper_slopes(num_heads))
+    i, j = torch.meshgrid(torch.arange(S), torch.arange(S), indexing="ij")
+    return torch.einsum("h,ls->hls", slopes, (j - i).double())[:, S - L :].float()
 
 
 @pytest.mark.parametrize(
-    "candidate", [alibi_lesson, alibi_loops, alibi_geometric, reference.alibi_bias]
+    "candidate", [alibi_lesson, alibi_loops, alibi_from_the_full_square, reference.alibi_bias]
 )
 def test_alibi_accepts_correct_answers(candidate, capsys):
     passes(check_alibi_bias, candidate, capsys)
 
 
-def alibi_mistaken(*, reverse=False, sign=-1.0, exponent="8(h+1)/H", bloom=False):
+def alibi_mistaken(*, reverse=False, sign=-1.0, exponent="8(h+1)/H", bloom=False, extra="odd",
+                   top_left=False, power_of_two_only=False):  # fmt: skip
     def alibi_bias(num_heads, L, S):
-        h = torch.arange(num_heads)
-        power = {
-            "8(h+1)/H": 8 * (h + 1) / num_heads,
-            "8h/H": 8 * h / num_heads,
-            "(h+1)/H": (h + 1) / num_heads,
-            "h+1": (h + 1).float(),
-        }[exponent]
-        slopes = 2.0**-power
+        def geometric(n):
+            h = torch.arange(n)
+            power = {
+                "8(h+1)/H": 8 * (h + 1) / n,
+                "8h/H": 8 * h / n,
+                "(h+1)/H": (h + 1) / n,
+                "h+1": (h + 1).float(),
+            }[exponent]
+            return 2.0**-power
+
+        P = num_heads if power_of_two_only else 2 ** int(math.log2(num_heads))
+        more = {"odd": slice(0, None, 2), "in a row": slice(None), "even": slice(1, None, 2)}
+        slopes = torch.cat((geometric(P), geometric(2 * P)[more[extra]]))[:num_heads]
+        if exponent == "h+1":  # lesson 02's slopes, for every head
+            slopes = geometric(num_heads)
         if reverse:
             slopes = slopes.flip(0)
         if bloom:
             return slopes[:, None, None] * torch.arange(S).float().expand(L, S)
-        return sign * slopes[:, None, None] * (torch.arange(L)[:, None] - torch.arange(S)[None, :])
+        first = 0 if top_left else S - L
+        distance = torch.arange(first, first + L)[:, None] - torch.arange(S)[None, :]
+        return sign * slopes[:, None, None] * distance
 
     return alibi_bias
 
@@ -264,11 +340,26 @@ def alibi_mistaken(*, reverse=False, sign=-1.0, exponent="8(h+1)/H", bloom=False
         (alibi_mistaken(reverse=True), "your slopes are in reverse order"),
         (alibi_mistaken(sign=1.0), "the bias has the wrong sign"),
         (alibi_mistaken(exponent="8h/H"), "your first slope is 1"),
-        (alibi_mistaken(exponent="(h+1)/H"), "the exponent has a factor 8"),
+        (alibi_mistaken(exponent="(h+1)/H"), "the exponent lacks a factor 8"),
         (alibi_mistaken(exponent="h+1"), "right for 8 heads only"),
         (alibi_mistaken(bloom=True), "BLOOM's form"),
+        (alibi_mistaken(top_left=True), "your queries sit at positions 0 .. L - 1"),
+        (alibi_mistaken(power_of_two_only=True), "for an H that is not a power of two"),
+        (alibi_mistaken(extra="in a row"), "take 2P's slopes in a row"),
+        (alibi_mistaken(extra="even"), "repeat slopes that P's heads already have"),
     ],
-    ids=["reversed", "sign", "h instead of h + 1", "no 8", "eight heads' slopes", "BLOOM"],
+    ids=[
+        "reversed",
+        "sign",
+        "h instead of h + 1",
+        "no 8",
+        "eight heads' slopes",
+        "BLOOM",
+        "queries first",
+        "one sequence for any H",
+        "extra in a row",
+        "extra repeated",
+    ],
 )
 def test_alibi_names_each_classic_mistake(candidate, phrase):
     fails_with(check_alibi_bias, candidate, "Likely cause", phrase)

@@ -6,63 +6,74 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 from .. import alibi, attention, masks, modern
 from ..rope import RotaryEmbedding, rotate_half
 from . import families
 from ._core import exercise
 from ._failure import ExerciseFailure
-from ._table import Case, Out, Table, call_diagnosed, pair, seeded_randn
+from ._table import Case, Out, Table, builds, call_diagnosed, pair, seeded_randn
 
 # ---------------------------------------------------------------- rotary
 
 
-def rotary(x, positions, base=10000.0):
-    """RoPE, rotate-half layout: x (..., L, D), positions (L,); pair (i, i + D/2) of token t
-    turned by positions[t] · base^(-2i/D). x's shape and dtype."""
-    return RotaryEmbedding(x.size(-1), base).to(x.device)(x, positions)
+def rotary(x, positions, base=10000.0, interleaved=False):
+    """RoPE: pair i of token t turned by positions[t] · base^(-2i/D); pair i is features i and
+    i + D/2, or 2i and 2i + 1 if ``interleaved`` (rotate half on features 0, 2, .., 1, 3, ..)."""
+    rope = RotaryEmbedding(x.size(-1), base).to(x.device)
+    if not interleaved:
+        return rope(x, positions)
+    order = torch.arange(x.size(-1), device=x.device).view(-1, 2).T.flatten()  # 0, 2, .., 1, 3, ..
+    return rope(x[..., order], positions)[..., order.argsort()]
 
 
-def _rope(x, positions, base=10000.0, flaw=""):
+def _rope(x, positions, base=10000.0, interleaved=False, flaw=""):
     D, i = x.size(-1), torch.arange(x.size(-1) // 2, dtype=torch.float64)
     exponent = {"exponent i/D": -i / D, "exponent 2i/D, positive": 2 * i / D}.get(flaw, -2 * i / D)
     p = torch.arange(x.size(-2)) if flaw == "positions ignored" else positions
     angles = p.double()[:, None] * base**exponent * (-1 if flaw == "rotated the other way" else 1)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     cos, sin = (sin, cos) if flaw == "cos and sin swapped" else (cos, sin)
-    pairs = flaw == "interleaved (GPT-J)"
+    pairs = {"neighbours always": True, "halves always": False}.get(flaw, interleaved)
     x1, x2 = (x[..., 0::2], x[..., 1::2]) if pairs else x.chunk(2, dim=-1)
     y = (x1 * cos - x2 * sin, x2 * cos + x1 * sin)
-    return torch.stack(y, dim=-1).flatten(-2) if pairs else torch.cat(y, dim=-1)
+    in_place = pairs and flaw != "put back as halves"
+    return torch.stack(y, dim=-1).flatten(-2) if in_place else torch.cat(y, dim=-1)
 
 
-_LAYOUT = "feature i pairs with feature i + D/2"
 _ROTARY_TEXTS = {
-    "interleaved (GPT-J)": "you paired neighbouring features (2i, 2i + 1), the GPT-J layout; the "
-    f"exercise asks for Llama's rotate-half layout: {_LAYOUT}.",
+    "neighbours always": "you paired neighbouring features (2i, 2i + 1), the interleaved layout; "
+    "without `interleaved` (the default, rotate half) feature i pairs with feature i + D/2.",
+    "halves always": "your rotation ignores `interleaved`: when it is true, pair i is two "
+    "neighbours, features 2i and 2i + 1 (Meta's Llama, GPT-J), not i and i + D/2.",
+    "put back as halves": "the interleaved pairs are the right ones, but their rotated values are "
+    "written back as two halves; each rotated feature goes back where it came from, 2i and 2i + 1.",
     "positions ignored": "your rotation ignores `positions` and numbers the tokens 0, 1, 2, ... "
-    "With a KV cache the positions continue where the cache stopped: token t turns by "
-    "positions[t] · θ_i.",
+    "With a KV cache they continue where the cache stopped: token t turns by positions[t] · θ_i.",
     "exponent i/D": "your frequencies are base^(-i/D); pair i turns by θ_i = base^(-2i/D).",
     "exponent 2i/D, positive": "your frequencies grow with i (base^(+2i/D)); θ_i = base^(-2i/D): "
     "the first pair turns fastest, 1 radian per position.",
-    "rotated the other way": "you turned each pair by -p·θ_i; the convention turns by +p·θ_i.",
+    "rotated the other way": "you turned each pair by -p·θ_i (clockwise); +p·θ_i turns the "
+    "first feature of a pair towards the second.",
     "cos and sin swapped": "cos and sin are swapped: at position 0 (angle 0) the rotation leaves "
     "x unchanged, since cos(0) = 1.",
 }
 
 
+_SIGNATURE = "the skeleton's rotary takes an `interleaved` argument (false by default): keep it."
+_SHAPES = "x is (..., L, D): the angles are (L, D/2), one per token and pair, like x's pairs."
+
+
 def _rotary_cases():
-    randn = seeded_randn(8, dtype=torch.float64)
-    for name, x, positions in [
-        ("one token, D = 4, position 1", torch.tensor([[1.0, 2.0, 3.0, 4.0]]), [1]),
-        ("(B, H, L, D) = (2, 3, 5, 8), positions 0..4", randn(2, 3, 5, 8), range(5)),
-        ("after 7 cached tokens: (1, 2, 4, 8), positions 7..10", randn(1, 2, 4, 8), range(7, 11)),
-        ("float32, D = 6: (3, 6), positions 2, 5, 9", randn(3, 6).float(), [2, 5, 9]),
-    ]:
-        yield Case(name, (x, torch.tensor(list(positions))))
-    llama = (randn(2, 4, 16), torch.tensor([0, 3, 10, 100]), 5e5)
+    randn, p = seeded_randn(8, dtype=torch.float64), torch.tensor
+    for flag in ({}, {"interleaved": True}):
+        for name, *args in [
+            ("one token, D = 4, position 1", p([[1.0, 2.0, 3.0, 4.0]]), p([1])),
+            ("7 cached: (2, 3, 5, 8), positions 7..11", randn(2, 3, 5, 8), torch.arange(7, 12)),
+            ("float32, D = 6: (3, 6), positions 2, 5, 9", randn(3, 6).float(), p([2, 5, 9])),
+        ]:
+            yield Case("interleaved, " * bool(flag) + name, tuple(args), flag)
+    llama = (randn(2, 4, 16), p([0, 3, 10, 100]), 5e5)
     yield Case("positions 0, 3, 10, 100 and Llama 3's base 500000: (2, 4, 16)", llama)
 
 
@@ -96,11 +107,11 @@ check_rotary = exercise(
             Out(
                 "the rotated features",
                 shape_hint="the result has x's shape: each feature is replaced by its rotated one.",
-                fallback=f"check the pairing ({_LAYOUT}) and the angle p·θ_i, θ_i = base^(-2i/D).",
+                fallback="check which features pair up (i and i + D/2; 2i and 2i + 1 when "
+                "interleaved) and the angle p·θ_i, θ_i = base^(-2i/D).",
             )
         ],
-        crash="x is (..., L, D) and positions (L,): the angles are (L, D/2), one per token and "
-        "pair; they broadcast against each half of x, (..., L, D/2).",
+        crash=lambda error, case: _SIGNATURE if "interleaved" in str(error) else _SHAPES,
     ),
 )
 
@@ -118,22 +129,17 @@ def rope_attention(q, k, v, positions, rotate):
 
 def _rope_attention(q, k, v, positions, rotate, flaw=""):
     L, S = q.size(-2), k.size(-2)
-    at = {"queries at the first positions": positions[:L], "queries from 0": torch.arange(L)}
-    q = q if flaw == "queries not rotated" else rotate(q, at.get(flaw, positions[S - L :]))
+    at = positions[:L] if flaw == "queries at the first positions" else positions[S - L :]
+    q = q if flaw == "queries not rotated" else rotate(q, at)
     k = k if flaw == "keys not rotated" else rotate(k, positions)
     v = rotate(v, positions) if flaw == "values rotated" else v
     return families.attention(q, k, v, families.causal(L, S, flaw, offset=S - L), flaw)[0]
 
 
-_RESTART = (
-    "the queries are rotated as if they were the first tokens. They are the last L of the S "
-    "tokens: their positions are the last L of `positions`."
-)
 _ROPE_TEXTS = {
     "values rotated": "you rotated the values too. RoPE turns only queries and keys, so that "
     "their dot product (the score) depends on the offset; the values stay as they are.",
-    "queries at the first positions": _RESTART,
-    "queries from 0": _RESTART,
+    "queries at the first positions": "the queries are rotated as the first tokens, not the last L.",
     "keys not rotated": "only the queries are rotated; the keys turn too, each by its own "
     "position, so that q_m · k_n depends on m - n.",
     "queries not rotated": "only the keys are rotated; the queries turn too, by their positions.",
@@ -149,11 +155,7 @@ def _rope_attention_cases():
         ("no cache: q, k, v (2, 2, 6, 8), positions 0..5", (2, 2, 6, 6), 0),
         ("3 new tokens after 6 cached: q (1, 2, 3, 8), k, v (1, 2, 9, 8)", (1, 2, 3, 9), 0),
         ("one new token after 6 cached: q (2, 3, 1, 8), k, v (2, 3, 7, 8)", (2, 3, 1, 7), 0),
-        (
-            "positions 20..27 (a text begun earlier): q (1, 1, 4, 8), k, v (1, 1, 8, 8)",
-            (1, 1, 4, 8),
-            20,
-        ),
+        ("positions 20..27 (begun earlier): q (1, 1, 4, 8), k, v (1, 1, 8, 8)", (1, 1, 4, 8), 20),
     ]:
         qkv = randn(B, H, L, 8), randn(B, H, S, 8), randn(B, H, S, 8)
         yield Case(name, (*qkv, torch.arange(first, first + S), rotary))
@@ -184,23 +186,37 @@ check_rope_attention = exercise(
 # ---------------------------------------------------------------- alibi_bias
 
 
+def alibi_bias(num_heads, L, S):
+    """ALiBi's bias (num_heads, L, S) for the last L of S tokens; the paper's slopes, any H."""
+    return alibi.alibi_bias(num_heads, L, S, offset=S - L)
+
+
+def _geometric(n, flaw=""):
+    h = torch.arange(n, dtype=torch.float64)
+    exponent = {"exponent h instead of h + 1": 8 * h / n, "the 8 missing": (h + 1) / n}
+    return 2.0 ** -exponent.get(flaw, 8 * (h + 1) / n)
+
+
 def _alibi(H, L, S, flaw=""):
-    h = torch.arange(H)
-    exponent = {"exponent h instead of h + 1": 8 * h / H, "the 8 missing": (h + 1) / H}.get(
-        flaw, h + 1.0 if flaw == "eight heads' slopes" else 8 * (h + 1) / H
+    P = H if flaw == "one sequence for any H" else 1 << (H.bit_length() - 1)
+    extra = {"extra slopes in a row": slice(None), "extra slopes repeated": slice(1, None, 2)}
+    m = torch.cat(
+        (_geometric(P, flaw), _geometric(2 * P, flaw)[extra.get(flaw, slice(0, None, 2))])
     )
-    m = 2.0**-exponent
+    m = 2.0 ** -torch.arange(1.0, H + 1) if flaw == "eight heads' slopes" else m[:H]
     m = m.flip(0) if flaw == "slopes reversed" else m
-    i, j = torch.arange(L)[:, None], torch.arange(S)
+    i = torch.arange(L)[:, None] + (0 if flaw == "queries at the first positions" else S - L)
+    j = torch.arange(S)
     distance = {"wrong sign": i - j, "BLOOM's form m·j": j.expand(L, S)}.get(flaw, j - i)
     return m[:, None, None] * distance
 
 
 def _causal_part(bias):
-    """The entries a causal mask keeps (key j <= query i); the others 0."""
+    """The entries a causal mask keeps (key j at or before query i, the last L of S); others 0."""
     if not (isinstance(bias, torch.Tensor) and bias.is_floating_point() and bias.dim() == 3):
         return bias
-    return bias.masked_fill(~families.causal(*bias.shape[-2:], device=bias.device), 0.0)
+    L, S = bias.shape[-2:]
+    return bias.masked_fill(~families.causal(L, S, device=bias.device, offset=S - L), 0.0)
 
 
 def _float(case: Case, got, expected) -> None:
@@ -211,24 +227,32 @@ def _float(case: Case, got, expected) -> None:
         )
 
 
-_SLOPES = "m_h = 2^(-8(h+1)/H), h = 0 .. H - 1"
+_RULE = "the slopes of the largest power of two P <= H, then every other slope of 2P's"
+_SLOPES = f"H a power of two: 2^(-8/H), its square, its cube, ...; any other H: {_RULE}"
 _ALIBI_TEXTS = {
-    "slopes reversed": f"your slopes are in reverse order: head 0 has the steepest, {_SLOPES}.",
+    "slopes reversed": f"your slopes are in reverse order: head 0 has the steepest ({_SLOPES}).",
     "wrong sign": "the bias has the wrong sign: a key further back gets a *lower* score, "
     "-m_h · (i - j), negative below the diagonal.",
-    "exponent h instead of h + 1": f"your first slope is 1 (2^0): the exponents start at h + "
-    f"1, {_SLOPES}.",
-    "the 8 missing": f"your slopes are 2^(-(h+1)/H): the exponent has a factor 8, {_SLOPES}.",
-    "eight heads' slopes": "your slopes are 1/2, 1/4, 1/8, ...: right for 8 heads only. They "
-    f"depend on H: {_SLOPES}.",
+    "exponent h instead of h + 1": "your first slope is 1 (2^0); the sequence starts at 2^(-8/H).",
+    "the 8 missing": "your slopes are 2^(-(h+1)/H): the exponent lacks a factor 8 (1/2 .. 1/256).",
+    "eight heads' slopes": "your slopes are 1/2, 1/4, 1/8, ...: right for 8 heads only (lesson "
+    f"02's). They depend on H: {_SLOPES}.",
+    "one sequence for any H": "your slopes are 2^(-8(h+1)/H) for an H that is not a power of "
+    f"two; the paper's rule for such an H: {_RULE} (the ones between those of P).",
+    "extra slopes in a row": "the heads after the first P take 2P's slopes in a row; they take "
+    "every other one, those that fall between P's slopes.",
+    "extra slopes repeated": "the heads after the first P repeat slopes that P's heads already "
+    "have; they take 2P's other slopes, those that fall between P's.",
+    "queries at the first positions": "your queries sit at positions 0 .. L - 1; they are the "
+    "last L of the S tokens (a KV cache holds the others), so query i is at position S - L + i.",
     "BLOOM's form m·j": "yours is m_h · j (BLOOM's form), which differs from -m_h · (i - j) by "
     "m_h · i, the same for every key of a row (the softmax ignores it); the exercise asks for "
-    "the bias itself, 0 on the diagonal.",
+    "the bias itself, 0 where a query meets its own token.",
 }
 check_alibi_bias = exercise(
     "alibi_bias",
     "08",
-    reference=alibi.alibi_bias,
+    reference=alibi_bias,
     todo="Replace `raise NotImplementedError` with the slopes and the bias -m_h · (i - j).",
     own_work={
         "the course's alibi_bias (mha_course)": alibi.alibi_bias,
@@ -236,25 +260,26 @@ check_alibi_bias = exercise(
     },
     table=Table(
         cases=lambda: [
-            Case("8 heads, L = S = 5", (8, 5, 5)),
-            Case("4 heads, L = S = 6", (4, 6, 6)),
-            Case("16 heads, L = S = 3", (16, 3, 3)),
-            Case("2 heads, 3 queries and 7 keys (query i at position i)", (2, 3, 7)),
-            Case("1 head, L = S = 4", (1, 4, 4)),
+            Case(
+                f"H = {H}, " + (f"L = S = {L}" if L == S else f"the last {L} of {S} tokens"),
+                (H, L, S),
+            )
+            for H, L, S in [(8, 5, 5), (4, 6, 6), (16, 3, 3), (1, 4, 4), (2, 3, 7), (8, 1, 9)]
+            + [(12, 4, 4), (6, 5, 5), (3, 2, 6)]
         ],
-        reference=alibi.alibi_bias,
+        reference=alibi_bias,
         mistakes=families.flawed(_alibi, _ALIBI_TEXTS, **_ALIBI_TEXTS),
         shape_checks=[_float],
         outputs=[
             Out(
-                "the biases (where key j <= query i)",
+                "the biases (where key j is not after query i)",
                 _causal_part,
                 shape_hint="one bias per head, query and key: (num_heads, L, S).",
-                fallback=f"bias[h, i, j] = -m_h · (i - j), {_SLOPES}.",
+                fallback=f"bias[h, i, j] = -m_h · (how far key j is behind query i); {_SLOPES}.",
             )
         ],
-        crash="the slopes are (H,) and the distances i - j (L, S): a slope per head times a "
-        "distance per query and key broadcasts to (H, L, S).",
+        crash="the slopes are (H,) and the distances (L, S): a slope per head times a distance "
+        "per query and key broadcasts to (H, L, S).",
     ),
 )
 
@@ -287,24 +312,17 @@ _GQA_TEXTS = {
     "h // H_kv": "your query head h reads key/value head h // H_kv; the division is by the group "
     f"size G = H / H_kv: {_INTERLEAVE}.",
 }
-_GQA_FLAWS = [
-    *_GQA_TEXTS,
-    *families.ATTENTION,
-    "mask ignored",
-    "mask inverted",
-    "mask filled with 0",
-    "mask after the softmax",
-]
+_GQA_FLAWS = [*_GQA_TEXTS, *families.ATTENTION, "mask ignored", "mask inverted"]
+_GQA_FLAWS += ["mask filled with 0", "mask after the softmax"]
 
 
 def _gqa_crash(got, case: Case) -> str:
     mask = case.kwargs.get("attn_mask")
+    mask = "" if mask is None else f", the mask {tuple(mask.shape)} broadcast as it is against"
     return (
         "a shape mix-up. query is (B, H, L, D), key and value (B, H_kv, S, ·) with fewer heads: "
         "each query head gets its key/value head first (the heads' axis grows from H_kv to H), "
-        "then attention as in lesson 01"
-        + ("." if mask is None else f", the mask {tuple(mask.shape)} broadcast as it is against ")
-        + ("" if mask is None else "the scores (B, H, L, S).")
+        f"then attention as in lesson 01{mask and mask + ' the scores (B, H, L, S)'}."
     )
 
 
@@ -334,8 +352,7 @@ check_grouped_query_attention = exercise(
     "grouped_query_attention",
     "08",
     reference=grouped_query_attention,
-    todo="Replace `raise NotImplementedError` with attention whose query heads share key/value "
-    "heads.",
+    todo="Replace `raise NotImplementedError` with attention over shared key/value heads.",
     own_work={
         "torch's scaled_dot_product_attention": F.scaled_dot_product_attention,
         "the course's scaled_dot_product_attention (mha_course)": attention.scaled_dot_product_attention,
@@ -393,27 +410,10 @@ _WINDOW_TEXTS = {
 }
 
 
-class _Shapes(TorchFunctionMode):
-    """While on, the last two sizes of every tensor a torch function returns."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen = set()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        for t in result if isinstance(result, (tuple, list)) else [result]:
-            if isinstance(t, torch.Tensor):
-                self.seen.add(tuple(t.shape[-2:]))
-        return result
-
-
 def _call_window(candidate, case: Case, table: Table):
-    """The answer's output; in the memory case, made without any (L, L) tensor."""
-    with _Shapes() as shapes:
-        got = call_diagnosed(candidate, case, table.mistakes, table.crash)
-    L = case.args[0].size(-2)
-    if case.name.startswith("memory") and (L, L) in shapes.seen:
+    """The answer's output; in the memory case, first: does it build an (L, L) tensor?"""
+    got, L = call_diagnosed(candidate, case, table.mistakes, table.crash), case.args[0].size(-2)
+    if case.name.startswith("memory") and builds(candidate, case.name, case.args, (L, L), ""):
         raise ExerciseFailure(
             f"Case {case.name!r}: your function builds an (L, L) = ({L}, {L}) tensor (the "
             "scores, or a mask).\nLikely cause: all the queries at once. The point of the window "

@@ -131,7 +131,9 @@ PICTURES = (
         "rope_rotation",
         rope_diagram,
         "RoPE: a pair of query features turned by m·θ and a pair of key features by n·θ, so that "
-        "the angle between them grows with n − m; beside it, feature i paired with feature i + D/2.",
+        "the angle between them grows with n − m; beside it, the two layouts of the pairs: "
+        "neighbours 2i and 2i + 1 (interleaved, Meta's Llama) or i and i + D/2 (rotate half, "
+        "Hugging Face's Llama).",
         ("08",),
     ),
     Picture(

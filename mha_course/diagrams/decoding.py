@@ -112,7 +112,7 @@ def _angle_arc(ax, start, end, radius, text, color):
 
 def rope_diagram(q_angle=15.0, k_angle=60.0, theta=25.0, m=1, n=3, D=8):
     """RoPE: one pair of features turned by position × θ_i, shown for a query at m and a key at n,
-    and which features make the pairs (rotate-half layout)."""
+    and the two ways features make pairs: neighbours (interleaved) or halves (rotate half)."""
     fig, (ax, side) = plt.subplots(
         1, 2, figsize=(11.0, 4.8), gridspec_kw={"width_ratios": [1, 1.1]}, layout="constrained"
     )
@@ -135,8 +135,8 @@ def rope_diagram(q_angle=15.0, k_angle=60.0, theta=25.0, m=1, n=3, D=8):
     ax.set_aspect("equal")
     ax.axhline(0, color="0.7", lw=0.8)
     ax.axvline(0, color="0.7", lw=0.8)
-    ax.set_xlabel("feature i  (from the first half, x1)")
-    ax.set_ylabel("feature i + D/2  (from the second half, x2)")
+    ax.set_xlabel("first feature of pair i")
+    ax.set_ylabel("second feature of pair i")
     ax.set_title(f"pair i of a query at position m = {m} and a key at n = {n}", fontsize=10)
     ax.text(
         0,
@@ -147,51 +147,46 @@ def rope_diagram(q_angle=15.0, k_angle=60.0, theta=25.0, m=1, n=3, D=8):
         fontsize=8.5,
     )
     side.set_xlim(-0.4, D + 0.6)
-    side.set_ylim(-2.2, 3.2)
+    side.set_ylim(-4.6, 2.2)
     side.set_aspect("equal")
     side.axis("off")
     half = D // 2
-    _cells(side, 0.2, 0.5, 1, D, 1.0, lambda r, c: HEAD_COLORS[c % half], 0.55)
-    for c in range(D):
-        side.text(0.7 + c, 0.0, f"{c}", ha="center", va="center", fontsize=9)
-    for i in range(half):
-        side.add_patch(
-            Arc(
-                (0.7 + i + half / 2, 0.5),
-                half,
-                1.4 + 0.35 * i,
-                theta1=0,
-                theta2=180,
-                color=HEAD_COLORS[i],
-                lw=1.3,
+    for top, name, pair_of in (
+        (1.0, "interleaved (Meta's Llama, GPT-J): pair i = features 2i, 2i + 1", lambda c: c // 2),
+        (
+            -2.4,
+            "rotate half (Hugging Face's Llama): pair i = features i, i + D/2",
+            lambda c: c % half,
+        ),
+    ):
+        _cells(side, 0.2, top, 1, D, 1.0, lambda r, c, pair_of=pair_of: HEAD_COLORS[pair_of(c)])
+        for c in range(D):
+            side.text(0.7 + c, top - 0.5, f"{c}", ha="center", va="center", fontsize=9)
+        for i in range(half):
+            first, second = [c for c in range(D) if pair_of(c) == i]
+            width = second - first
+            side.add_patch(
+                Arc(
+                    (0.7 + (first + second) / 2, top),
+                    width,
+                    0.5 + 0.25 * width,
+                    theta1=0,
+                    theta2=180,
+                    color=HEAD_COLORS[i],
+                    lw=1.3,
+                )
             )
-        )
-        side.text(
-            0.7 + i + half / 2,
-            0.5 + (1.2 + 0.6 * i) / 2,
-            f"pair {i}: p·θ$_{i}$",
-            ha="center",
-            va="center",
-            fontsize=8,
-            color=HEAD_COLORS[i],
-            bbox=dict(facecolor="white", edgecolor="none", pad=0.6),
-        )
-    side.text(
-        0.2 + half / 2, -0.75, "x1 = x[..., :D/2]", ha="center", fontsize=9, family="monospace"
-    )
-    side.text(
-        0.2 + 1.5 * half, -0.75, "x2 = x[..., D/2:]", ha="center", fontsize=9, family="monospace"
-    )
+        side.text(0.2 + half, top + 1.0, name, ha="center", fontsize=9)
     thetas = ", ".join(f"{10000 ** (-2 * i / D):.3g}" for i in range(half))
     side.text(
         0.2 + half,
-        -1.55,
-        f"θ$_i$ = 10000$^{{-2i/D}}$ for D = {D}: {thetas} rad per position\n"
-        "fast pairs first, slow pairs last; values are not rotated",
+        -4.3,
+        f"pair i turns by p·θ$_i$, θ$_i$ = 10000$^{{-2i/D}}$: {thetas} rad per position (D = {D});\n"
+        "the same model either way, once W$^Q$ and W$^K$ follow the layout; values are not rotated",
         ha="center",
         fontsize=8.5,
     )
-    side.set_title(f"which features pair up (rotate half), D = {D}", fontsize=10)
+    side.set_title(f"which features pair up, D = {D}: two layouts", fontsize=10)
     fig.suptitle(
         "RoPE: each query and key turned by an angle that grows with its position", fontsize=12
     )
