@@ -98,3 +98,33 @@ def test_the_environment_of_a_sweep_and_of_lesson_00_come_from_one_place():
         m.cuda_version,
     )
     assert env.threads == 3 and "profiler" in env.memory_method
+
+
+def test_a_refused_kernel_gives_torchs_reason_and_any_other_error_is_raised():
+    from torch.nn.attention import SDPBackend
+
+    q = torch.randn(1, 2, 16, 8)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    assert bench.refusal(SDPBackend.MATH, lambda: sdpa(q, q, q, dropout_p=0.1)) is None
+    # on a CPU the flash kernel exists but takes no dropout: torch's own reason comes back
+    reason = bench.refusal(SDPBackend.FLASH_ATTENTION, lambda: sdpa(q, q, q, dropout_p=0.1))
+    assert reason and "dropout" in reason and "Triggered internally" not in reason
+    with pytest.raises(RuntimeError, match="size"):  # a bug is not a missing kernel
+        bench.refusal(SDPBackend.MATH, lambda: sdpa(q, q[..., :4], q))
+
+
+def test_the_gate_alone_passes_the_honest_fails_a_bug_and_names_a_kernel_the_cpu_lacks():
+    standard = {impl.name: impl for impl in bench.standard_implementations()}
+
+    def twice(params):  # off by the size of the values: the gate must say "wrong"
+        return (lambda x: 2 * mha_einops(x, x, x, params)[0]), params.tensors()
+
+    line_up = [standard["loop over heads"], standard["SDPA mem-efficient"]]
+    verdicts = bench.gate(
+        [*line_up, bench.Implementation("twice", twice)], 24, embed_dim=32, heads=4
+    )
+    assert verdicts["loop over heads"].status == "ok" and verdicts["loop over heads"].error < 1e-5
+    assert verdicts["SDPA mem-efficient"][:2] == ("unsupported", None)  # a CUDA kernel, on a CPU
+    assert verdicts["SDPA mem-efficient"].message
+    status, error, message = verdicts["twice"]
+    assert status == "wrong" and error > 0.5 and message.startswith("relative error")

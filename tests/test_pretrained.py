@@ -531,7 +531,8 @@ def test_checker_accepts_correct_answers_in_either_layout(candidate, capsys):
             _packed(linear1="output.dense"),
             [
                 "linear1.weight has shape (384, 1536), expected (1536, 384)",
-                "intermediate.dense is the feed-forward's first",
+                "the Linears are mixed up",
+                "(E to 1536) from its second",
             ],
         ),
         (
@@ -577,10 +578,31 @@ def test_checker_on_unfilled_crashing_and_unsolved_answers(capsys):
 
     with pytest.raises(ExerciseFailure, match=r"self_attn.v_proj.bias was never filled"):
         check_load_layer(forgets_v)
-    with pytest.raises(ExerciseFailure, match=r"query goes into self_attn.q_proj"):
+    with pytest.raises(ExerciseFailure, match=r"Q, K and V are mixed up"):
         check_load_layer(swapped_q_k)
     with pytest.raises(ExerciseFailure, match=r"torch.no_grad\(\)"):
         check_load_layer(no_grad_missing)
     check_load_layer(not_done)
     assert "not done yet" in capsys.readouterr().out
     assert check_load_layer.passes(not_done) is False
+
+
+def test_checker_sends_a_misplaced_tensor_back_to_the_evidence_not_to_the_map():
+    def embeddings_norm(layer, weights, i):
+        reference.load_layer(layer, weights, i)
+        with torch.no_grad():
+            layer.norm1.weight.copy_(weights["embeddings.LayerNorm.weight"])
+
+    def crossed_feed_forward(layer, weights, i):
+        with torch.no_grad():
+            layer.linear1.weight.copy_(weights[f"encoder.layer.{i}.output.dense.weight"])
+
+    with pytest.raises(ExerciseFailure) as info:
+        check_load_layer(embeddings_norm)
+    assert "embeddings.LayerNorm.weight belongs to no encoder layer" in str(info.value)
+    with pytest.raises(ExerciseFailure) as info:
+        check_load_layer(crossed_feed_forward)
+    message = str(info.value)
+    assert "a shape mismatch while copying" in message and "names and shapes" in message
+    for given in ("norm1", "linear2", "intermediate"):  # the cause, never the map itself
+        assert given not in message.split("Likely cause")[-1]

@@ -13,7 +13,7 @@ The package, one job per module:
   matmul rate, the environment;
 * :mod:`.implementations`: what lesson 06 compares (:func:`standard_implementations`);
 * :mod:`.case`: one case (an implementation at a dtype, mode and length): its float64 reference,
-  the correctness gate, its measurement;
+  the correctness gate, its measurement; :func:`gate` (the gate alone), :func:`refusal` (why SDPA refused a forced kernel);
 * :mod:`.device_profile`: the device: what it supports, its memory, its measured rates
   (:func:`describe_device`);
 * :mod:`.plan`: the predictions that fit a sweep to the device's memory and a time budget;
@@ -26,6 +26,7 @@ The package, one job per module:
 """
 
 from . import device_profile, implementations, measure, plot, records, report, sweep
+from .case import Verdict, gate, refusal
 from .cli import main
 from .device_profile import *  # noqa: F403  (a module's __all__ lists what it exports)
 from .implementations import *  # noqa: F403
@@ -44,5 +45,8 @@ __all__ = [
     *measure.__all__,
     *report.__all__,
     *plot.__all__,
+    "gate",
+    "Verdict",
+    "refusal",
     "main",
 ]

@@ -1,6 +1,20 @@
 """One case of a sweep: an implementation at one (dtype, mode, length). Its inputs and float64
 reference, the correctness gate, and its measurement (gate, peak memory, time) by :func:`measure`,
-which turns every failure into a status instead of an exception."""
+which turns every failure into a status instead of an exception.
+
+**The gate.** Before anything is timed, the implementation's output (and, in forward+backward,
+the gradient of its input) is compared with ``torch.nn.MultiheadAttention`` run in float64 with
+the same weights, on the first ``check_queries`` queries: the largest |got − reference| over the
+largest |reference|, against :data:`.records.TOLERANCE` for the dtype (1e-3 in float32, 2e-2 in
+float16). A bug that skips work makes code faster, so a wrong implementation is recorded as
+"wrong", with its error, and never timed.
+
+**Refusals.** An implementation that forces one SDPA kernel (``SDPA flash``, ...) may meet a
+device or a call that kernel cannot handle: SDPA then raises "No available kernel" (or "No viable
+backend") and gives its reasons as warnings ("Both fused kernels do not support non-zero
+dropout."). That is recorded as "unsupported", with torch's first reasons; any other error is
+"error" (or "oom"), so that a bug never passes for a missing kernel. :func:`gate` runs the gate
+alone, at one length; :func:`refusal` asks SDPA about any call (lesson 06 uses both)."""
 
 from __future__ import annotations
 
@@ -12,6 +26,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -20,7 +35,7 @@ from .implementations import Implementation
 from .measure import peak_memory, time_call
 from .records import BACKWARD, FORWARD, NOISY, TOLERANCE, Result, mha_flops
 
-__all__ = ["Case", "Inputs", "make_inputs", "measure"]
+__all__ = ["Case", "Inputs", "make_inputs", "measure", "refusal", "Verdict", "gate"]
 
 
 @dataclass(frozen=True)
@@ -157,6 +172,95 @@ def _is_unsupported(error: BaseException) -> bool:
     )
 
 
+def _reasons(caught: list) -> str:
+    """Why SDPA refused a forced kernel, from the warnings it gave: their first sentences, once
+    each, without the headings that end in a colon ("Flash attention kernel not used because:")."""
+    reasons = [
+        _first_sentence(str(w.message)) for w in caught if issubclass(w.category, UserWarning)
+    ]
+    return "; ".join(dict.fromkeys(r for r in reasons if r and not r.endswith(":")))
+
+
+@contextlib.contextmanager
+def _forced(kernel):
+    """SDPA forced to ``kernel`` (None: the dispatcher's choice), torch's warnings recorded."""
+    forcing = contextlib.nullcontext()
+    if kernel is not None:
+        from torch.nn.attention import sdpa_kernel
+
+        forcing = sdpa_kernel(kernel)
+    with forcing, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)  # a forced kernel says why it cannot run
+        yield caught
+
+
+def refusal(kernel, call: Callable[[], object]) -> str | None:
+    """Run ``call()`` with SDPA forced to ``kernel`` (an ``SDPBackend``; None: the dispatcher's
+    choice). None if it ran; if SDPA refused the kernel here, why, in torch's words (its warnings,
+    else its error's first sentence). Any other error is raised: a bug never passes for a missing
+    kernel."""
+    with _forced(kernel) as caught:
+        try:
+            call()
+        except RuntimeError as error:
+            if not _is_unsupported(error):
+                raise
+            return _reasons(caught) or _first_sentence(str(error))
+    return None
+
+
+def _too_far(error: float, dtype: torch.dtype) -> str:
+    """Why an error fails the gate ("relative error 1.4 > 0.001"), or "" if it passes."""
+    tolerance = TOLERANCE[dtype]
+    return "" if error <= tolerance else f"relative error {error:.2g} > {tolerance:g}"
+
+
+class Verdict(NamedTuple):
+    """The gate's verdict on one implementation: ``status`` "ok", "wrong" or "unsupported"; the
+    largest relative error of the output and the input gradient (None if it did not run); why."""
+
+    status: str
+    error: float | None
+    message: str
+
+
+def gate(
+    implementations: list[Implementation],
+    length: int,
+    *,
+    batch: int = 1,
+    embed_dim: int = 512,
+    heads: int = 8,
+    dtype: torch.dtype = torch.float32,
+    mode: str = BACKWARD,
+    device="cpu",
+    seed: int = 0,
+) -> dict[str, Verdict]:
+    """The correctness gate alone, nothing timed: each implementation on self-attention of x
+    (batch, length, embed_dim) in ``dtype``, against the float64 reference, with the weights and
+    inputs a sweep would use. A forced SDPA kernel SDPA refuses here is "unsupported", with torch's
+    reason; any other error is raised."""
+    device = torch.device(device)
+    params64 = MHAParams.random(embed_dim, heads, seed=seed, dtype=torch.float64)
+    params = params64.to(dtype=dtype, device=device).requires_grad_(mode == BACKWARD)
+    case = Case(implementations[0], dtype, mode, length, batch, embed_dim, heads)
+    inputs = make_inputs(params64, case, device, seed)
+    verdicts = {}
+    for impl in implementations:
+        with _forced(impl.kernel) as caught:
+            try:
+                error = _gate(impl.build(params)[0], inputs, mode)
+            except RuntimeError as failure:
+                if not _is_unsupported(failure):
+                    raise
+                why = _reasons(caught) or _first_sentence(str(failure))
+                verdicts[impl.name] = Verdict("unsupported", None, why)
+                continue
+        why = _too_far(error, dtype)
+        verdicts[impl.name] = Verdict("wrong" if why else "ok", error, why)
+    return verdicts
+
+
 def measure(
     impl: Implementation,
     params: MHAParams,
@@ -174,22 +278,15 @@ def measure(
     on (a string), the memory pass times a second call and it is asked again (a first call may
     include compiling): a reason then skips the timing, as "skipped". ``timing`` goes to
     :func:`.measure.time_call`."""
-    kernel = contextlib.nullcontext()
-    if impl.kernel is not None:
-        from torch.nn.attention import sdpa_kernel
-
-        kernel = sdpa_kernel(impl.kernel)
+    caught = []
     try:
-        with kernel, warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", UserWarning)  # a forced kernel says why it cannot run
+        with _forced(impl.kernel) as caught:
             params.requires_grad_(base.mode == BACKWARD)
             run, leaves = impl.build(params)
             start = time.perf_counter()
             error = _gate(run, inputs, base.mode)  # .item() waits for a GPU
             call_s = time.perf_counter() - start
-            tolerance = TOLERANCE[inputs.x.dtype]
-            if not error <= tolerance:
-                message = f"relative error {error:.2g} > {tolerance:g}"
+            if message := _too_far(error, inputs.x.dtype):
                 return dataclasses.replace(
                     base, status="wrong", max_error=error, message=message
                 ), call_s
@@ -214,8 +311,7 @@ def measure(
         status = "oom" if _is_oom(error) else "unsupported" if _is_unsupported(error) else "error"
         why = f"{type(error).__name__}: {_first_sentence(str(error))}"
         if status == "unsupported":  # the kernels' warnings say why (dtype, head size, ...)
-            reasons = [_first_sentence(str(w.message)) for w in caught]
-            why = "; ".join(dict.fromkeys(reasons)) or "this device has no such kernel"
+            why = _reasons(caught) or "this device has no such kernel"
         return dataclasses.replace(base, status=status, message=why), None
     rate = base.flops / median
     noisy = f"noisy: IQR {100 * iqr / median:.0f}% of the median" if iqr > NOISY * median else ""

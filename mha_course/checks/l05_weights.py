@@ -20,24 +20,21 @@ from ._table import Case, call_diagnosed
 # ---------------------------------------------------------------- load_layer
 
 LAYERS = (0, 3, 5)  # the checkpoint's layers read: not only 0, so that always reading 0 shows
-THE_MAP = """the map, for layer i (every name starts with "encoder.layer.", then i):
-    attention.self.query, key, value  -> self_attn.q_proj, k_proj, v_proj, or stacked in that
-                                         order in self_attn.in_proj_weight and in_proj_bias
-    attention.output.dense            -> self_attn.out_proj
-    attention.output.LayerNorm        -> norm1
-    intermediate.dense                -> linear1
-    output.dense                      -> linear2
-    output.LayerNorm                  -> norm2"""
+EVIDENCE = (
+    "where each tensor goes follows from the checkpoint's names and shapes next to your layer's "
+    "(the lesson prints both): a shape that one parameter alone has settles it; for the others, "
+    "read the name as a path through BERT's layer."
+)
 _SWAPPED = {  # the modules whose tensors are mixed up -> why
-    "norms": "the two LayerNorms are swapped: attention.output.LayerNorm is norm1 (Step 2, after "
-    "the attention) and output.LayerNorm is norm2 (Step 3, after the feed-forward).",
-    "dense": "the Linears are mixed up: intermediate.dense is the feed-forward's first Linear "
-    "(E to 1536), linear1; output.dense its second (1536 to E), linear2; attention.output.dense "
-    "is the attention's output projection W^O, self_attn.out_proj.",
+    "norms": "the two LayerNorms are swapped. norm1 closes the attention sublayer (Step 2), "
+    "norm2 the feed-forward (Step 3): which of the checkpoint's two LayerNorms sits among the "
+    "attention's modules?",
+    "dense": "the Linears are mixed up. Their shapes tell the feed-forward's first Linear "
+    "(E to 1536) from its second (1536 to E); the attention's output projection W^O is the "
+    "Linear among the attention's modules.",
     "qkv packed": "Q, K and V are stacked in the wrong order: in_proj holds the query's rows "
     "first (0 to E − 1), then the key's (E to 2E − 1), then the value's (2E to 3E − 1).",
-    "qkv": "Q, K and V are mixed up: attention.self.query goes into self_attn.q_proj, key into "
-    "k_proj, value into v_proj.",
+    "qkv": "Q, K and V are mixed up: the checkpoint names each of the three projections.",
 }
 _GROUPS = {
     "norms": {"attention.output.LayerNorm", "output.LayerNorm"},
@@ -104,8 +101,10 @@ def _explain(expected: str, found: str, i: int, packed: bool) -> str:
     if not found:
         return (
             "its values match no tensor of the checkpoint (nor a transposed one): the checkpoint's "
-            "tensors go in as they are, without arithmetic.\n" + THE_MAP
+            "tensors go in as they are, without arithmetic."
         )
+    if not found.startswith("encoder.layer."):
+        return f"{found} belongs to no encoder layer: {EVIDENCE}"
     layer = int(found.split(".")[2])
     if layer != i and _part(found) == _part(expected):
         return f"this is layer {layer}'s tensor, but you were asked for layer {i}: the names come from i."
@@ -119,7 +118,7 @@ def _explain(expected: str, found: str, i: int, packed: bool) -> str:
         return "a weight and a bias are mixed up: each weight goes into a weight, each bias into a bias."
     group = next((g for g, names in _GROUPS.items() if modules <= names), None)
     if group is None:
-        return f"{_part(found)} does not go there.\n" + THE_MAP
+        return f"{_part(found)} does not go there: {EVIDENCE}"
     return _SWAPPED[f"{group} packed" if group == "qkv" and packed else group]
 
 
@@ -130,7 +129,7 @@ def _mismatch(case: str, name: str, got, sources: list[str], weights, i: int, pa
         return None
     lines = [f"Case {case!r}: {name} is not what the checkpoint says."]
     if torch.isnan(got).all():
-        cause = f"{name} was never filled (it still holds the checker's NaN): {' + '.join(sources)} go there."
+        cause = f"{name} was never filled (it still holds the checker's NaN): each of the layer's parameters gets one checkpoint tensor."
     elif got.shape != expected.shape:
         found, shapes = _holds(got, weights), (shape_str(got.shape), shape_str(expected.shape))
         lines.append("  {} has shape {}, expected {}.".format(name, *shapes))
@@ -172,10 +171,9 @@ def _crash_cause(error: BaseException, case: Case) -> str | None:
         )
     if isinstance(error, RuntimeError) and ("size" in text or "shape" in text):
         return (
-            "a shape mismatch while copying. nn.Linear and the checkpoint both store a weight as "
-            "(out_features, in_features), so none needs transposing: query, key and value weights "
-            "are (384, 384) each and stack into in_proj_weight (1152, 384); intermediate.dense's "
-            "weight (1536, 384) goes into linear1, output.dense's (384, 1536) into linear2."
+            "a shape mismatch while copying: a tensor went into a parameter of another shape. "
+            "nn.Linear and the checkpoint store a weight the same way, so no transpose fixes it: "
+            + EVIDENCE
         )
     return None
 
