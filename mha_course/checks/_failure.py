@@ -17,21 +17,6 @@ import torch
 from .._validate import shape_str
 from ._inspect import learner_frames, source_line, where
 
-__all__ = [
-    "ExerciseFailure",
-    "CellDidNotRun",
-    "NotDoneYet",
-    "error_line",
-    "close",
-    "count",
-    "your",
-    "not_a_tensor",
-    "require_shape",
-    "require_dtype",
-    "differ",
-    "compare",
-]
-
 MAX_LINES = 15  # what a failing check may show in a notebook, all told
 
 

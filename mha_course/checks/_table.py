@@ -48,25 +48,6 @@ from ._failure import (
     require_shape,
 )
 
-__all__ = [
-    "Mistake",
-    "Case",
-    "Out",
-    "Table",
-    "run",
-    "pair",
-    "require_value_error",
-    "call_diagnosed",
-    "in_double",
-    "require_tensor",
-    "require_count",
-    "build_module",
-    "copy_weight_and_bias",
-    "seeded_randn",
-    "reverse_axes",
-    "builds",
-]
-
 Hint = str | Callable[..., str | None] | None
 
 
