@@ -1,12 +1,8 @@
-"""Lesson 07's language model: GPT-2's causal block (DecoderBlock) and the model around it
-(CharLM); also what the decoder layer with cross-attention (``l07_cross_attention``) shares.
-
-A layer is held to torch's own (``TransformerEncoderLayer`` run pre-LN with GELU and the causal
-mask; ``TransformerDecoderLayer``), its weights copied into the learner's parts by name; the
-classic mistakes are torch's layer written out once (:func:`with_flaw`) with a flaw switched
-on. CharLM is held to its own parts: whatever blocks it holds, its logits must be
-head(norm(blocks(token embedding + position embedding))), the positions starting at ``start``,
-and no logit may depend on a later token.
+"""Lesson 07's language model: GPT-2's causal block (DecoderBlock), held to torch's
+``TransformerEncoderLayer`` (pre-LN, GELU, the causal mask) with its weights copied into the
+learner's parts by name, the classic mistakes being torch's layer written out once
+(:func:`with_flaw`, shared with ``l07_cross_attention``) with a flaw on; and the model around it
+(CharLM), held to its own parts, the positions from ``start``, no logit seeing a later token.
 """
 
 from __future__ import annotations
@@ -388,8 +384,8 @@ _LM_SHAPE = "one score per token of the vocabulary at every position: (B, T, voc
 
 def _blocks(model, case: Case) -> list[nn.Module]:
     """The blocks, once the parts are checked: two embeddings, N distinct blocks, a tied head."""
-    V, d, N, max_len = (
-        case.extra["sizes"][k] for k in ("vocab_size", "d_model", "num_layers", "max_len")
+    V, d, N, max_len = map(
+        case.extra["sizes"].get, ("vocab_size", "d_model", "num_layers", "max_len")
     )
     for name, rows, what in (("token", V, "vocab_size"), ("position", max_len, "max_len")):
         found = getattr(_part(model, f"{name}_embedding", case, _LM_PARTS), "weight", None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import re
 from collections import Counter
 
@@ -337,7 +338,8 @@ _CACHE_TEXTS = {
 }
 
 
-def _crash_cause(wrapper, error: BaseException, done: int, T: int) -> str:
+def _crash_cause(wrapper, error: BaseException, i: int, done: int, end: int) -> str:
+    T = end - done
     axis = re.search(r"except in dimension (\d+)", str(error))
     if axis and not done:  # nothing is cached before the first piece
         return _CACHE_TEXTS["state not reset"]
@@ -389,9 +391,6 @@ def _run_cache(candidate, case: Case, attn, x, sizes, before) -> None:
         if module is attn.k_proj or module is attn.v_proj:
             projected["k_proj" if module is attn.k_proj else "v_proj"] += args[0].shape[:-1].numel()
 
-    def crash_cause(error, i, start, end):
-        return _crash_cause(wrapper, error, start, end - start)
-
     hooks = [attn.k_proj.register_forward_hook(count), attn.v_proj.register_forward_hook(count)]
     a64, x64 = copy.deepcopy(attn).double(), x.double()
 
@@ -400,7 +399,7 @@ def _run_cache(candidate, case: Case, attn, x, sizes, before) -> None:
 
     try:
         for i, start, end, label, (out, w), _, full, weights in pieces(
-            wrapper, case.name, attn, H, x, sizes, crash_cause
+            wrapper, case.name, attn, H, x, sizes, functools.partial(_crash_cause, wrapper)
         ):
             mistakes = piece_mistakes(simulate, i, _CACHE_TEXTS)
             expected = full[:, start:end]
