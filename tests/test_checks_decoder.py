@@ -211,11 +211,11 @@ def char_lm(forward=None, *, tie=True, blocks="modulelist", block_class=referenc
     """A CharLM with the skeleton's parts (built as asked) and the given forward."""
 
     class CharLM(nn.Module):
-        def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len):
+        def __init__(self, vocab_size, d_model, nhead, num_layers, dim_feedforward, max_len):
             super().__init__()
             self.token_embedding = nn.Embedding(vocab_size, d_model)
             self.position_embedding = nn.Embedding(max_len, d_model)
-            made = [block_class(d_model, num_heads, d_ff) for _ in range(num_layers)]
+            made = [block_class(d_model, nhead, dim_feedforward) for _ in range(num_layers)]
             if blocks == "shared":
                 made = [made[0]] * num_layers
             self.blocks = made if blocks == "list" else nn.ModuleList(made)
@@ -305,15 +305,23 @@ def test_char_lm_names_each_mistake(candidate, phrase):
 
 def test_char_lm_wrong_sizes_and_the_course_model(capsys):
     class Small(reference.CharLM):
-        def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len):
-            super().__init__(vocab_size, d_model, num_heads, d_ff, num_layers, max_len // 2)
+        def __init__(self, vocab_size, d_model, nhead, num_layers, dim_feedforward, max_len):
+            super().__init__(vocab_size, d_model, nhead, num_layers, dim_feedforward, max_len // 2)
 
     fails_with(check_char_lm, Small, "self.position_embedding has 6 rows of 16", "(12, 16)")
 
-    class Course(nn.Module):
+    class OldNames(reference.CharLM):
         def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len):
+            super().__init__(vocab_size, d_model, num_heads, num_layers, d_ff, max_len)
+
+    fails_with(check_char_lm, OldNames, "arguments have torch's names", "nhead, num_layers")
+
+    class Course(nn.Module):
+        def __init__(self, vocab_size, d_model, nhead, num_layers, dim_feedforward, max_len):
             super().__init__()
-            self.model = DecoderLM(vocab_size, d_model, num_heads, num_layers, d_ff, max_len)
+            self.model = DecoderLM(
+                vocab_size, d_model, nhead, num_layers, dim_feedforward, max_len=max_len
+            )
 
     fails_with(check_char_lm, Course, "calls the course's DecoderLM")
     not_done(
@@ -325,7 +333,8 @@ def test_char_lm_wrong_sizes_and_the_course_model(capsys):
 
 # ---------------------------------------------------------------- the lesson's registry rows
 
-LESSON_07 = ["DecoderBlock", "CharLM", "sample_next", "CachedAttention", "DecoderLayer"]
+LESSON_07 = ["DecoderBlock", "CharLM", "sample_next", "CachedAttention", "decode_roofline"]
+LESSON_07 += ["StaticCachedAttention", "DecoderLayer"]
 
 
 @pytest.mark.parametrize("name", LESSON_07)

@@ -40,6 +40,8 @@ TIMERS = frozenset(
         "run_sweep",
         "matmul_rate",
         "describe_device",
+        "memory_bandwidth",
+        "copy_bandwidth",
     }
 )
 """Routines that read a clock (or run a measurement that does)."""

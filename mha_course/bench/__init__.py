@@ -22,10 +22,12 @@ The package, one job per module:
 * :mod:`.report`: :func:`to_table`, :func:`summary`, :func:`skipped` (what was not measured,
   and why), :func:`ratio`, :func:`growth_exponent`, :func:`to_csv`/:func:`to_json`, :func:`load`;
 * :mod:`.plot`: :func:`plot_sweep`, :func:`line_styles`;
+* :mod:`.roofline`: what bounds a step of generation (lesson 07): :func:`memory_bandwidth`,
+  :func:`count_kernels`;
 * :mod:`.cli`: ``python -m mha_course.bench`` (``--quick`` for a small sweep, ``--help``).
 """
 
-from . import device_profile, implementations, measure, plot, records, report, sweep
+from . import device_profile, implementations, measure, plot, records, report, roofline, sweep
 from .case import Verdict, gate, refusal
 from .cli import main
 from .device_profile import *  # noqa: F403  (a module's __all__ lists what it exports)
@@ -34,6 +36,7 @@ from .measure import *  # noqa: F403
 from .plot import *  # noqa: F403
 from .records import *  # noqa: F403
 from .report import *  # noqa: F403
+from .roofline import *  # noqa: F403
 from .sweep import *  # noqa: F403
 
 # Every public name of the modules above (the case and the plan are the sweep's own parts).
@@ -48,5 +51,6 @@ __all__ = [
     "gate",
     "Verdict",
     "refusal",
+    *roofline.__all__,
     "main",
 ]

@@ -31,6 +31,7 @@ LESSON_MODULES = (
     "l06_fast",
     "l07_decoder",
     "l07_generation",
+    "l07_decoding",
     "l07_cross_attention",
     "l08_modern",
     "l09_flash",

@@ -22,11 +22,14 @@ class DecoderLayer(nn.Module):
     from the decoder, keys and values from ``memory``, ``memory_mask`` True = may attend), FFN.
     ``mha_class``, ``norm_class`` build it from other parts (the learner's)."""
 
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, *, mha_class=None, norm_class=None):
+    def __init__(
+        self, d_model, nhead, dim_feedforward, dropout=0.0, *, mha_class=None, norm_class=None
+    ):
         super().__init__()
         mha, norm = mha_class or reference.MultiHeadAttention, norm_class or LayerNorm
-        self.self_attn, self.multihead_attn = mha(d_model, num_heads), mha(d_model, num_heads)
-        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.self_attn, self.multihead_attn = mha(d_model, nhead), mha(d_model, nhead)
+        self.linear1 = nn.Linear(d_model, dim_feedforward)
+        self.linear2 = nn.Linear(dim_feedforward, d_model)
         self.norm1, self.norm2, self.norm3 = (norm(d_model) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
 

@@ -1,12 +1,8 @@
-"""Lesson 07's language model: GPT-2's causal block (DecoderBlock) and the model around it
-(CharLM); also what the decoder layer with cross-attention (``l07_cross_attention``) shares.
-
-A layer is held to torch's own (``TransformerEncoderLayer`` run pre-LN with GELU and the causal
-mask; ``TransformerDecoderLayer``), its weights copied into the learner's parts by name; the
-classic mistakes are torch's layer written out once (:func:`with_flaw`) with a flaw switched
-on. CharLM is held to its own parts: whatever blocks it holds, its logits must be
-head(norm(blocks(token embedding + position embedding))), the positions starting at ``start``,
-and no logit may depend on a later token.
+"""Lesson 07's language model: GPT-2's causal block (DecoderBlock), held to torch's
+``TransformerEncoderLayer`` (pre-LN, GELU, the causal mask) with its weights copied into the
+learner's parts by name, the classic mistakes being torch's layer written out once
+(:func:`with_flaw`, shared with ``l07_cross_attention``) with a flaw on; and the model around it
+(CharLM), held to its own parts, the positions from ``start``, no logit seeing a later token.
 """
 
 from __future__ import annotations
@@ -41,11 +37,12 @@ class DecoderBlock(nn.Module):
     """GPT-2's block: x + attention(norm1(x)) over the causal mask, then + FFN(norm2(·)) with
     GELU. ``mha_class``, ``norm_class`` build it from other parts (the learner's)."""
 
-    def __init__(self, d_model, num_heads, d_ff, *, mha_class=None, norm_class=None):
+    def __init__(self, d_model, nhead, dim_feedforward, *, mha_class=None, norm_class=None):
         super().__init__()
-        self.self_attn = (mha_class or reference.MultiHeadAttention)(d_model, num_heads)
+        self.self_attn = (mha_class or reference.MultiHeadAttention)(d_model, nhead)
         self.norm1, self.norm2 = ((norm_class or LayerNorm)(d_model) for _ in range(2))
-        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.linear1 = nn.Linear(d_model, dim_feedforward)
+        self.linear2 = nn.Linear(dim_feedforward, d_model)
 
     def forward(self, x):
         h = self.norm1(x)
@@ -62,9 +59,9 @@ class CharLM(nn.Module):
         self,
         vocab_size,
         d_model,
-        num_heads,
-        d_ff,
+        nhead,
         num_layers,
+        dim_feedforward,
         max_len,
         *,
         block_class=None,
@@ -74,7 +71,8 @@ class CharLM(nn.Module):
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.position_embedding = nn.Embedding(max_len, d_model)
         block = block_class or DecoderBlock
-        self.blocks = nn.ModuleList(block(d_model, num_heads, d_ff) for _ in range(num_layers))
+        blocks = (block(d_model, nhead, dim_feedforward) for _ in range(num_layers))
+        self.blocks = nn.ModuleList(blocks)
         self.norm = (norm_class or LayerNorm)(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
         self.head.weight = self.token_embedding.weight
@@ -218,8 +216,8 @@ def _load(module, source: nn.Module, case: Case) -> dict:
     torch's packed in_proj_weight into q_proj, k_proj, v_proj). Returns the parts."""
     d, ff = source.linear1.in_features, source.linear1.out_features
     made = {
-        "linear1": f"a Linear d_model → d_ff ({d} → {ff})",
-        "linear2": f"a Linear d_ff → d_model ({ff} → {d})",
+        "linear1": f"a Linear d_model → dim_feedforward ({d} → {ff})",
+        "linear2": f"a Linear dim_feedforward → d_model ({ff} → {d})",
         "attn": f"a Linear d_model → d_model ({d} → {d}), as in your MultiHeadAttention",
     }
     parts, found = _PARTS[isinstance(source, nn.TransformerDecoderLayer)], {}
@@ -299,10 +297,10 @@ def _block_cases():
     g = torch.Generator().manual_seed(70)
     for seed, (name, sizes, shape) in enumerate(
         [
-            ("d_model 16, 4 heads, d_ff 32; x (2, 5, 16)", (16, 4, 32), (2, 5, 16)),
-            ("d_model 12, 3 heads, d_ff 24; one sequence x (1, 7, 12)", (12, 3, 24), (1, 7, 12)),
+            ("d_model 16, 4 heads, dim_feedforward 32; x (2, 5, 16)", (16, 4, 32), (2, 5, 16)),
+            ("d_model 12, 3 heads, dim_feedforward 24; x (1, 7, 12)", (12, 3, 24), (1, 7, 12)),
             ("one token per sequence (a generation step): x (3, 1, 8)", (8, 2, 16), (3, 1, 8)),
-            ("d_model 8, 1 head, d_ff 16; x (2, 9, 8)", (8, 1, 16), (2, 9, 8)),
+            ("d_model 8, 1 head, dim_feedforward 16; x (2, 9, 8)", (8, 1, 16), (2, 9, 8)),
         ]
     ):
         layer = torch_layer(nn.TransformerEncoderLayer, sizes, seed, "gelu", norm_first=True)
@@ -386,7 +384,9 @@ _LM_SHAPE = "one score per token of the vocabulary at every position: (B, T, voc
 
 def _blocks(model, case: Case) -> list[nn.Module]:
     """The blocks, once the parts are checked: two embeddings, N distinct blocks, a tied head."""
-    V, d, _, _, N, max_len = case.extra["sizes"]
+    V, d, N, max_len = map(
+        case.extra["sizes"].get, ("vocab_size", "d_model", "num_layers", "max_len")
+    )
     for name, rows, what in (("token", V, "vocab_size"), ("position", max_len, "max_len")):
         found = getattr(_part(model, f"{name}_embedding", case, _LM_PARTS), "weight", None)
         if not isinstance(found, torch.Tensor) or tuple(found.shape) != (rows, d):
@@ -424,16 +424,32 @@ def _blocks(model, case: Case) -> list[nn.Module]:
     return list(blocks)
 
 
+_LM_ARGS = ("vocab_size", "d_model", "nhead", "num_layers", "dim_feedforward", "max_len")
+
+
 def _lm_cases():
     g = torch.Generator().manual_seed(71)
     for name, sizes, shape, start in [
-        ("vocab 11, d_model 16, 2 heads, 2 layers; ids (2, 6)", (11, 16, 2, 32, 2, 12), (2, 6), 0),
-        ("ids (2, 4) from start 5: positions 5..8 of a text", (11, 16, 2, 32, 2, 12), (2, 4), 5),
-        ("one new token, ids (3, 1), start 9 (a generation step)", (7, 8, 2, 16, 3, 12), (3, 1), 9),
-        ("1 layer, vocab 5, ids (1, 10) as long as max_len", (5, 8, 1, 16, 1, 10), (1, 10), 0),
+        ("vocab 11, d_model 16, 2 heads, 2 layers; ids (2, 6)", (11, 16, 2, 2, 32, 12), (2, 6), 0),
+        ("ids (2, 4) from start 5: positions 5..8 of a text", (11, 16, 2, 2, 32, 12), (2, 4), 5),
+        ("one new token, ids (3, 1), start 9 (a generation step)", (7, 8, 2, 3, 16, 12), (3, 1), 9),
+        ("1 layer, vocab 5, ids (1, 10) as long as max_len", (5, 8, 1, 1, 16, 10), (1, 10), 0),
     ]:
         ids = torch.randint(0, sizes[0], shape, generator=g)
-        yield Case(name, (ids, start), extra={"sizes": sizes})
+        yield Case(name, (ids, start), extra={"sizes": dict(zip(_LM_ARGS, sizes))})
+
+
+def _build_lm(candidate, case: Case) -> nn.Module:
+    """The learner's CharLM, built with the lesson's keywords (torch's names)."""
+    try:
+        return build_module(candidate, case, (), **case.extra["sizes"])
+    except ExerciseFailure as failure:
+        if "keyword argument" not in str(failure.raised):
+            raise
+        raise failure.with_cause(
+            "CharLM's arguments have torch's names, as in nn.TransformerDecoderLayer and the "
+            f"course's DecoderLM: {', '.join(_LM_ARGS)}; the lesson passes them by name."
+        ) from failure.raised
 
 
 def _logits(model, case: Case, ids):
@@ -453,19 +469,19 @@ def _logits(model, case: Case, ids):
     own_work={"the course's DecoderLM (mha_course)": DecoderLM},
 )
 def check_char_lm(candidate) -> int:
-    """Check ``candidate(vocab_size, d_model, num_heads, d_ff, num_layers, max_len)`` (``forward
-    (ids, start=0)`` -> logits (B, T, vocab_size)) against its own parts, and that no logit
-    depends on a later token."""
+    """Check ``candidate(vocab_size, d_model, nhead, num_layers, dim_feedforward, max_len)``
+    (``forward(ids, start=0)`` -> logits (B, T, vocab_size)) against its own parts, and that no
+    logit depends on a later token."""
     n = 0
     for case in _lm_cases():
-        model = build_module(candidate, case, case.extra["sizes"])
+        model = _build_lm(candidate, case)
         blocks, (ids, start) = _blocks(model, case), case.args
         got, args = _logits(model.eval(), case, ids), (model, blocks, ids, start)
         with torch.no_grad():
             hints = {"shape_hint": _LM_SHAPE, "fallback": _LM_STEPS}
             require_tensor(case.name, "logits", got, _lm(*args), _LM_MISTAKES, args, **hints)
         changed = ids.clone()
-        changed[:, -1] = (changed[:, -1] + 1) % case.extra["sizes"][0]
+        changed[:, -1] = (changed[:, -1] + 1) % case.extra["sizes"]["vocab_size"]
         again = _logits(model, case, changed)[:, :-1]
         if not torch.allclose(again, got[:, :-1], atol=1e-5, rtol=1e-4):
             raise ExerciseFailure(

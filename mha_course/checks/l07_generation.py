@@ -10,12 +10,13 @@ must be those tokens' rows of causal attention over the whole sequence so far, a
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import re
 from collections import Counter
 
 import torch
-from einops import rearrange
 from torch import nn
 
 from .. import masks, reference
@@ -211,6 +212,59 @@ def check_sample_next(candidate) -> int:
 # ---------------------------------------------------------------- CachedAttention
 
 
+def project(a, H: int, query, key, value) -> tuple[torch.Tensor, ...]:
+    """The new tokens' queries, keys and values through ``a``'s projections, (B, H, T, D) each."""
+    pairs = ((a.q_proj, query), (a.k_proj, key), (a.v_proj, value))
+    return tuple(families.split_heads(p(x), H) for p, x in pairs)
+
+
+def random_attention(E: int, H: int, seed: int) -> nn.Module:
+    """The lesson-02 reference MultiHeadAttention with random weights and biases."""
+    g, attn = torch.Generator().manual_seed(seed), reference.MultiHeadAttention(E, H).eval()
+    with torch.no_grad():
+        for p in attn.parameters():
+            p.copy_((E if p.dim() == 2 else 4) ** -0.5 * torch.randn(p.shape, generator=g))
+    return attn
+
+
+TOLERANCE_PIECES = {"atol": 1e-4, "rtol": 1e-3}
+
+
+def pieces(wrapper, name: str, attn, H: int, x, sizes, crash_cause, watch=contextlib.nullcontext):
+    """Feed x (B, L, E) to the learner's cache ``wrapper`` in pieces of ``sizes`` tokens, as a
+    block calls its attention (its own causal mask over the piece), each call inside ``watch()``.
+    Yields ``(i, start, end, label, result, watched, full, weights)``: the answer's ``(output,
+    weights)`` pair and causal attention over the whole sequence, in float64. A crash is explained
+    by ``crash_cause(error, i, start, end)`` (None: the generic hint)."""
+    a64, x64 = copy.deepcopy(attn).double(), x.double()
+    full, weights = scaled_dot_product_attention(*project(a64, H, x64, x64, x64), is_causal=True)
+    full = a64.out_proj(families.merge_heads(full))
+    ends = torch.tensor(sizes).cumsum(0).tolist()
+    for i, (start, end) in enumerate(zip([0, *ends], ends)):
+        label, piece = f"{name}; piece {i} (tokens {start}..{end - 1})", x[:, start:end]
+        try:
+            with torch.no_grad(), watch() as watched:
+                mask = masks.causal_mask(end - start, end - start)
+                result = call_candidate(wrapper, label, piece, piece, piece, attn_mask=mask)
+        except ExerciseFailure as failure:
+            cause = failure.raised and crash_cause(failure.raised, i, start, end)
+            if not cause:
+                raise
+            raise failure.with_cause(cause) from failure.raised
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise ExerciseFailure(
+                f"Case {label!r}: your forward returned {type(result).__name__}; it returns "
+                "(output, weights) as your MultiHeadAttention does, so that a block can call "
+                "either."
+            )
+        yield i, start, end, label, result, watched, full, weights
+
+
+def piece_mistakes(simulate, i: int, texts: dict) -> list:
+    """The classic mistakes of piece ``i``: ``simulate(flaw)`` gives every piece's output."""
+    return families.mistakes(lambda flaw: lambda: simulate(flaw)[i], texts, **texts)
+
+
 class CachedAttention(nn.Module):
     """``attn`` (q_proj, k_proj, v_proj, out_proj) with a KV cache: forward on the T new tokens
     (B, T, E) appends their keys and values to ``self.k``, ``self.v`` (B, H, S, D); the new
@@ -222,33 +276,26 @@ class CachedAttention(nn.Module):
         self.k = self.v = None
 
     def forward(self, query, key, value, attn_mask=None):
-        a, H = self.attn, self.num_heads
-        q, k, v = (
-            rearrange(p(x), "b l (h d) -> b h l d", h=H)
-            for p, x in ((a.q_proj, query), (a.k_proj, key), (a.v_proj, value))
-        )
+        q, k, v = project(self.attn, self.num_heads, query, key, value)
         if self.k is not None:
             k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
         self.k, self.v = k, v
         T, S = q.size(2), k.size(2)
         mask = masks.causal_mask(T, S, q.device, offset=S - T)
         heads, weights = scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return a.out_proj(rearrange(heads, "b h l d -> b l (h d)")), weights
+        return self.attn.out_proj(families.merge_heads(heads)), weights
 
 
 def _cached(a, H: int, x, sizes, flaw: str = "", before=None) -> list[torch.Tensor]:
     """The outputs of the pieces (``sizes``) of x (B, L, E) fed to a CachedAttention around
     ``a`` with ``flaw`` switched on; ``before``: the sequence fed to the one before."""
 
-    def heads(proj, t):
-        return families.split_heads(proj(t), H)
-
     keys = values = None
     if flaw == "state not reset" and before is not None:
-        keys, values = heads(a.k_proj, before), heads(a.v_proj, before)
+        _, keys, values = project(a, H, before, before, before)
     outputs = []
     for piece in x.split(list(sizes), dim=1):
-        q, k, v = heads(a.q_proj, piece), heads(a.k_proj, piece), heads(a.v_proj, piece)
+        q, k, v = project(a, H, piece, piece, piece)
         cached, T = keys, q.size(2)
         keys = k if cached is None else torch.cat([keys, k], 2)
         values = v if cached is None else torch.cat([values, v], 2)
@@ -291,7 +338,8 @@ _CACHE_TEXTS = {
 }
 
 
-def _crash_cause(wrapper, error: BaseException, done: int, T: int) -> str:
+def _crash_cause(wrapper, error: BaseException, i: int, done: int, end: int) -> str:
+    T = end - done
     axis = re.search(r"except in dimension (\d+)", str(error))
     if axis and not done:  # nothing is cached before the first piece
         return _CACHE_TEXTS["state not reset"]
@@ -337,49 +385,33 @@ def _require_cache(wrapper, label: str, x, end: int, T: int, projected: Counter)
 def _run_cache(candidate, case: Case, attn, x, sizes, before) -> None:
     H = case.args[1]
     wrapper = build_module(candidate, case, (attn, H)).eval()
-    a64, x64 = copy.deepcopy(attn).double(), x.double()
-    q, k, v = (families.split_heads(p(x64), H) for p in (a64.q_proj, a64.k_proj, a64.v_proj))
-    full, weights = scaled_dot_product_attention(q, k, v, is_causal=True)
-    full, projected = a64.out_proj(families.merge_heads(full)), Counter()
+    projected = Counter()
 
-    def count(module, args, out):
-        projected["k_proj" if module is attn.k_proj else "v_proj"] += args[0].shape[:-1].numel()
+    def count(module, args, out):  # (a deep copy of attn has the hook too: not counted)
+        if module is attn.k_proj or module is attn.v_proj:
+            projected["k_proj" if module is attn.k_proj else "v_proj"] += args[0].shape[:-1].numel()
 
     hooks = [attn.k_proj.register_forward_hook(count), attn.v_proj.register_forward_hook(count)]
+    a64, x64 = copy.deepcopy(attn).double(), x.double()
+
+    def simulate(flaw):
+        return _cached(a64, H, x64, sizes, flaw, before)
+
     try:
-        ends = torch.tensor(sizes).cumsum(0).tolist()
-        for i, (start, end) in enumerate(zip([0, *ends], ends)):
-            T = end - start
-            label, piece = f"{case.name}; piece {i} (tokens {start}..{end - 1})", x[:, start:end]
-            try:
-                with torch.no_grad():
-                    causal = masks.causal_mask(T, T)
-                    result = call_candidate(wrapper, label, piece, piece, piece, attn_mask=causal)
-            except ExerciseFailure as failure:
-                if failure.raised is None:
-                    raise
-                cause = _crash_cause(wrapper, failure.raised, start, T)
-                raise failure.with_cause(cause) from failure.raised
-            if not (isinstance(result, tuple) and len(result) == 2):
-                raise ExerciseFailure(
-                    f"Case {label!r}: your forward returned {type(result).__name__}; it returns "
-                    "(output, weights) as your MultiHeadAttention does, so that a block can call "
-                    "either."
-                )
-            mistakes = families.mistakes(
-                lambda flaw, i=i: lambda: _cached(a64, H, x64, sizes, flaw, before)[i],
-                _CACHE_TEXTS,
-                **_CACHE_TEXTS,
-            )
-            tolerance = {"atol": 1e-4, "rtol": 1e-3}
+        for i, start, end, label, (out, w), _, full, weights in pieces(
+            wrapper, case.name, attn, H, x, sizes, functools.partial(_crash_cause, wrapper)
+        ):
+            mistakes = piece_mistakes(simulate, i, _CACHE_TEXTS)
             expected = full[:, start:end]
-            require_tensor(label, "outputs", result[0], expected, mistakes, (), **_OUT, **tolerance)
-            if isinstance(result[1], torch.Tensor):  # the weights may be None
+            require_tensor(
+                label, "outputs", out, expected, mistakes, (), **_OUT, **TOLERANCE_PIECES
+            )
+            if isinstance(w, torch.Tensor):  # the weights may be None
                 expected = weights[:, :, start:end, :end]
                 require_tensor(
-                    label, "weights", result[1], expected, (), (), **_WEIGHTS, **tolerance
+                    label, "weights", w, expected, (), (), **_WEIGHTS, **TOLERANCE_PIECES
                 )
-            _require_cache(wrapper, label, x, end, T, projected)
+            _require_cache(wrapper, label, x, end, end - start, projected)
     finally:
         for hook in hooks:
             hook.remove()
@@ -409,12 +441,7 @@ def check_cached_attention(candidate) -> int:
     ]
     for seed, (name, shape, H, sizes) in enumerate(cases):
         if shape is not None:  # else the same attention and sequence as the case before
-            x, before, g = randn(*shape), None, torch.Generator().manual_seed(seed)
-            attn = reference.MultiHeadAttention(shape[-1], H).eval()
-            with torch.no_grad():  # random weights and biases
-                for p in attn.parameters():
-                    scale = (shape[-1] if p.dim() == 2 else 4) ** -0.5
-                    p.copy_(scale * torch.randn(p.shape, generator=g))
+            x, before, attn = randn(*shape), None, random_attention(shape[-1], H, seed)
         _run_cache(candidate, Case(name, (shape, H)), attn, x, sizes, before)
         before = x.double()
     return len(cases)
