@@ -6,7 +6,8 @@ lesson's markdown (one with a decimal point, or a percentage, or with a unit: ×
 tokens/s, steps) must appear in the stored output of one of the lesson's code cells, where the
 tests re-run it; or be a constant of the lesson's own, listed with why in
 ``tests/test_prose_numbers.py`` (a version, a paper's figure, a worked example computed by hand).
-Code spans, math and folded depth count too: they are read as well.
+Folded depth counts too; code and math do not (they are examples, not claims of a run), nor do
+versions and the sections of papers.
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ NUMBER = re.compile(
     r"(\s?(?:%|×|x\b|ms\b|µs\b|s\b|MiB\b|GiB\b|KiB\b|MB\b|GB\b|TB/s\b|tokens/s\b|steps?\b))?"
 )
 _LINK = re.compile(r"\]\([^)]*\)|https?://\S+")
+_CODE = re.compile(r"```.*?```|`[^`\n]*`|\$\$.*?\$\$|\$[^$\n]*\$", re.DOTALL)
+_NAMED = re.compile(  # a version, a paper's section, a compute capability: names, not measures
+    r"(?:torch|PyTorch|Python|CUDA|Triton|transformers|capability|section|sections|version)"
+    r"\s+[\d.]+(?:\+\w+)?",
+    re.IGNORECASE,
+)
 
 
 def measured_numbers(markdown: str) -> list[str]:
-    """The numbers of ``markdown`` that look measured: with a decimal point, or a unit."""
-    text = _LINK.sub(" ", markdown)
-    return [
-        m.group(0).strip()
-        for m in NUMBER.finditer(text)
-        if m.group(2) or "." in m.group(1)
-    ]
+    """The numbers of ``markdown`` that look measured: with a decimal point, or a unit (code,
+    math, versions and sections of papers left out: they are no claims of a run)."""
+    text = _NAMED.sub(" ", _CODE.sub(" ", _LINK.sub(" ", markdown)))
+    return [m.group(0).strip() for m in NUMBER.finditer(text) if m.group(2) or "." in m.group(1)]
 
 
 def _digits(number: str) -> str:
