@@ -1,6 +1,5 @@
 """Lesson 00's warm-ups: a stable softmax, and the soft lookup, the idea behind attention (every
-query against every key, a softmax, the weighted average of the values). Both take any number
-of leading axes, as attention does with its batch and heads."""
+query against every key, a softmax, the values' weighted average); both take leading axes."""
 
 from __future__ import annotations
 
@@ -25,8 +24,9 @@ def _softmax_cases():
     yield Case("-inf scores (masked keys) get weight 0", (torch.tensor([[0.5, inf, 1.0, inf]]),))
 
 
-def _shifted_exp(s, dim=-1):
-    return (s - s.amax(dim=dim, keepdim=True)).exp()
+def _shifted(s, max_axis=-1, sum_axis=-1):
+    e = (s - s.amax(dim=max_axis, keepdim=True)).exp()
+    return e / e.sum(dim=sum_axis, keepdim=True)
 
 
 _SAME_SHAPE = "softmax keeps the shape of the scores; a sum that drops its axis changes it."
@@ -46,17 +46,12 @@ def _nan_in_softmax(got, case: Case) -> str | None:
         return f"exp overflowed to inf, and inf/inf is NaN: {_SHIFT}"
     if bool((top < -80).any()):
         return f"every exp of the row underflowed to 0, and 0/0 is NaN: {_SHIFT}"
-    return None
 
 
 _SOFTMAX_RUNS = {
     "wrong axis": lambda s: torch.softmax(s, dim=0),
-    "max subtracted, summed over the first axis": lambda s: (
-        _shifted_exp(s) / _shifted_exp(s).sum(dim=0, keepdim=True)
-    ),
-    "each column's max subtracted": lambda s: (
-        _shifted_exp(s, 0) / _shifted_exp(s, 0).sum(dim=-1, keepdim=True)
-    ),
+    "max subtracted, summed over the first axis": lambda s: _shifted(s, sum_axis=0),
+    "each column's max subtracted": lambda s: _shifted(s, max_axis=0),
     "not normalised": lambda s: s.exp(),
     "sum over everything": lambda s: s.exp() / s.exp().sum(),
     "row sums lost their axis": lambda s: s.exp() / s.exp().sum(dim=-1),

@@ -1,6 +1,5 @@
-"""Lesson 01's attention: scaled dot-product attention, and one head of self-attention. A bool
-mask is True where a query MAY attend (torch's convention), a float one is added to the scores;
-the wrong answers are :mod:`.families`' flaws, handed down by :func:`_sdpa`."""
+"""Lesson 01's attention: scaled dot-product attention, and one head of self-attention; a bool
+mask is True where a query MAY attend (torch's convention), a float one is added to the scores."""
 
 from __future__ import annotations
 
@@ -58,16 +57,14 @@ _SDPA_FLAWS = {
     "by it instead of 1/√d_k.",
     "divided by the scale": "the scores are divided by the scale; a given scale multiplies them, "
     "as in torch (its default is 1/√d_k, not √d_k).",
-    "is_causal ignored": "is_causal is ignored: when it is True, query i may attend to the keys "
-    "0..i only.",
+    "is_causal ignored": "is_causal is ignored: when True, query i may attend to keys 0..i only.",
 }
 _FAMILIES = (*families.ATTENTION, *families.MASK, *families.FLOAT_MASK, *families.CAUSAL)
 _FLAWS = (*_SDPA_FLAWS, *(f for f in _FAMILIES if f != "scaled by √d_model"))
 
 
 def mask_hint(mask, scores: str = "(..., L, S)") -> str:
-    """What goes wrong with ``mask`` in an answer that crashes with it, or that makes the weights
-    of another shape."""
+    """Why an answer crashes with ``mask``, or gives weights of another shape."""
     if mask.is_floating_point():
         return (
             "a float mask is added to the scores as it is: the ~ operator and masked_fill are for "
@@ -80,10 +77,10 @@ def mask_hint(mask, scores: str = "(..., L, S)") -> str:
     )
 
 
-def call_attention(candidate, case: str, *inputs, mask=None, crash_hint="", mask_hint=mask_hint):
+def call_attention(candidate, case: str, *inputs, mask=None, crash_hint="", scores="(..., L, S)"):
     """``candidate(*inputs, attn_mask=mask)`` on copies of the inputs; a crash names its case, and
-    ``mask_hint(mask)`` when the answer runs without the mask."""
-    hint = mask is not None and mask_hint(mask)
+    ``mask_hint(mask, scores)`` when the answer runs without the mask."""
+    hint = mask is not None and mask_hint(mask, scores)
     try:
         return call_with_mask(
             candidate,
@@ -134,21 +131,17 @@ def weights_cause(qk=None):
             )
         if qk and mask is None and (scale := scale_hint(w.clamp_min(1e-300).log(), *qk(case))):
             return scale
-        return _rows_hint(w)
+        rows, columns = w.sum(-1), w.sum(-2)
+        if torch.allclose(rows, torch.ones_like(rows), atol=1e-4):
+            return None
+        if torch.allclose(columns, torch.ones_like(columns), atol=1e-4):
+            return f"the columns of your weights sum to 1, not the rows: {_OVER_THE_KEYS}"
+        return f"the rows of your weights do not sum to 1: {_OVER_THE_KEYS}"
 
     return cause
 
 
-def _rows_hint(w) -> str | None:
-    rows, columns = w.sum(-1), w.sum(-2)
-    if torch.allclose(rows, torch.ones_like(rows), atol=1e-4):
-        return None
-    if torch.allclose(columns, torch.ones_like(columns), atol=1e-4):
-        return (
-            "the columns of your weights sum to 1, not the rows: each query's softmax runs over "
-            "the keys, the last axis."
-        )
-    return "the rows of your weights do not sum to 1: each query's weights are a softmax over the keys."
+_OVER_THE_KEYS = "each query's softmax runs over the keys."
 
 
 def _weights_shape_hint(got, case) -> str:
@@ -199,8 +192,7 @@ def _sdpa_cases():
 
 
 def _full_cases(is_causal: bool):
-    """The cases of the lesson's whole signature: the scale, float masks, queries with no key,
-    and (for an answer that takes it) is_causal."""
+    """The lesson's whole signature: the scale, float masks, empty rows and (if taken) is_causal."""
     case, one = _attention_case(randn := seeded_randn(2)), ((4, 8), (6, 8), (6, 5))
     inf = float("inf")
     yield case("scale = 0.5 given: it replaces 1/√d_k", *one, scale=0.5)
@@ -329,8 +321,7 @@ def _head_cases():
 
     yield case("one sentence: x (5, 16), SelfAttention(16, 8)", randn(5, 16), 8)
     yield case("a batch: x (2, 5, 16), SelfAttention(16, 8, 4): d_v = 4", randn(2, 5, 16), 8, 4)
-    real = torch.arange(5) < torch.tensor([5, 3])[:, None]  # (B, S): 5 and 3 real tokens
-    mask = families.causal(5, 5) & real[:, None, :]  # (B, L, S), True = may attend
+    mask = families.causal(5, 5) & (torch.arange(5) < torch.tensor([5, 3])[:, None])[:, None, :]
     name = "a padded, causal batch: x (2, 5, 16), attn_mask (2, 5, 5)"
     yield case(name, randn(2, 5, 16), 8, attn_mask=mask)
     yield case("other sizes: x (3, 6), SelfAttention(6, 3)", randn(3, 6), 3)

@@ -12,7 +12,6 @@ from ._core import exercise
 from ._table import Case, Out, Table, reverse_axes, seeded_randn
 
 __all__ = ["check_attention_scores", "check_may_attend_mask", "may_attend_mask", "scale_hint"]
-_TODO = "Replace `raise NotImplementedError` with "
 
 # ---------------------------------------------------------------- attention_scores
 
@@ -94,7 +93,7 @@ SCORES = Table(
     outputs=[Out("the scores", None, _ONE_PER_PAIR, fallback=lambda g, c: scale_hint(g, *c.args))],
     crash=f"the inputs may have leading batch and head axes: {_ONLY_THE_LAST_TWO}.",
 )
-todo = _TODO + "the scores, scaled to a variance of 1."
+todo = "Replace `raise NotImplementedError` with the scores, scaled to a variance of 1."
 check_attention_scores = exercise(
     "attention_scores", "01", reference=attention_scores, todo=todo, table=SCORES
 )
@@ -132,8 +131,7 @@ may_attend_mask = _may_attend()
 _MASK_FLAWS = {
     "causal inverted": "the causal part is inverted: here True means may attend (torch's "
     "nn.MultiheadAttention says the opposite), and query i may attend to the keys j ≤ i.",
-    "causal ignored": "the causal part is missing: with causal set, query i may attend to the "
-    "keys j ≤ i only.",
+    "causal ignored": "the causal part is missing: when causal, query i attends to keys j ≤ i only.",
     "padding inverted": "the padding part is inverted: the real tokens (j < lengths[b]) may be "
     "attended to, the pads may not.",
     "padding ≤": "one key too many is real: positions count from 0, so a sentence of length 3 "
@@ -195,7 +193,7 @@ MAY_ATTEND = Table(
     crash="the lengths (B,) and the positions (S,) make a (B, S) table of the real keys only "
     "when each has an axis of its own; with one for the queries, (B, 1, S), it fits (S, S) too.",
 )
-todo = _TODO + "the mask: which keys may each query attend to?"
+todo = "Replace `raise NotImplementedError` with the mask: which keys may each query attend to?"
 check_may_attend_mask = exercise(
     "may_attend_mask", "01", reference=may_attend_mask, todo=todo, table=MAY_ATTEND
 )

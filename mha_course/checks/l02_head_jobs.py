@@ -16,9 +16,8 @@ __all__ = ["check_job_scores", "JOB_SCORES"]
 
 
 def job_scores(weights, partner):
-    """The reference: ``{job: (H,)}``, the weight each head puts on the job's key (previous: i − 1,
-    next: i + 1, partner: partner[b, i]), averaged over the batch and the queries that have one;
-    the package's head_scores on the jobs' targets."""
+    """The reference: ``{job: (H,)}``, the weight each head puts on the job's key, averaged over the
+    batch and the queries that have one: the package's head_scores on the jobs' targets."""
     return head_scores(weights, targets_from_partner(partner))
 
 
@@ -81,16 +80,6 @@ _FLAWS = {
 }
 
 
-def _one_head_per_job(partner: torch.Tensor) -> torch.Tensor:
-    """(B, 3, L, L): head 0 on the previous key, head 1 on the next, head 2 on the partner (a
-    query without such a key on itself)."""
-    (B, L), eye = partner.shape, torch.eye(partner.size(1))
-    previous, next_ = eye.roll(-1, dims=1), eye.roll(1, dims=1)
-    previous[0], next_[-1] = eye[0], eye[-1]
-    heads = previous.expand(B, L, L), next_.expand(B, L, L), F.one_hot(partner, L).float()
-    return torch.stack(heads, 1)
-
-
 def _cases():
     randn, g = seeded_randn(22), torch.Generator().manual_seed(22)
 
@@ -100,13 +89,20 @@ def _cases():
     def weights(B, H, L):  # random attention weights: each row sums to 1 over the keys
         return (2 * randn(B, H, L, L)).softmax(dim=-1)
 
+    def one_head_per_job(p):
+        """(B, 3, L, L): one head on each job's key (a query without such a key on itself)."""
+        (B, L), eye = p.shape, torch.eye(p.size(1))
+        previous, next_ = eye.roll(-1, dims=1), eye.roll(1, dims=1)
+        previous[0], next_[-1] = eye[0], eye[-1]
+        heads = previous.expand(B, L, L), next_.expand(B, L, L), F.one_hot(p, L).float()
+        return torch.stack(heads, 1)
+
     yield Case("weights (2, 3, 6, 6), 3 letters in both cases", (weights(2, 3, 6), partner(2, 3)))
     p = partner(2, 3)
     name = "one head per job, each always on its key: scores 1 on the diagonal"
-    yield Case(name, (_one_head_per_job(p), p))
-    yield Case(
-        "a single sequence and head: weights (1, 1, 4, 4)", (weights(1, 1, 4), partner(1, 2))
-    )
+    yield Case(name, (one_head_per_job(p), p))
+    name = "a single sequence and head: weights (1, 1, 4, 4)"
+    yield Case(name, (weights(1, 1, 4), partner(1, 2)))
     name = "float64, the lesson's size: weights (4, 8, 12, 12)"
     yield Case(name, (weights(4, 8, 12).double(), partner(4, 6)))
 

@@ -1,7 +1,6 @@
 """Lesson 02's multi-head attention, held to torch's (F.multi_head_attention_forward) with the
 same weights, and the copy of torch's packed weights into it. A case's W^Q, W^K, W^V, W^O are one
-tensor (4, E, E + 1), each bias in the last column; a bool mask is True where a query may attend
-(torch's module gets it inverted). The classic wrong answers are :func:`_mha` with a flaw."""
+tensor (4, E, E + 1), each bias in the last column; the classic wrong answers are :func:`_mha`'s."""
 
 from __future__ import annotations
 
@@ -74,8 +73,7 @@ def _mha(flaw=""):
 
     def attend(query, key, value, attn_mask=None, *, weights, heads):
         W, b = weights[..., :-1], weights[..., -1]
-
-        k_i = 0 if flaw == "keys projected with W^Q" else 1  # the projections, split into heads:
+        k_i = 0 if flaw == "keys projected with W^Q" else 1  # the projection the keys go through
         inputs = ((0, query), (k_i, key), (2, key if flaw == "values from the key" else value))
         q, k, v = (families.split_heads(F.linear(x, W[i], b[i]), heads, flaw) for i, x in inputs)
         _, w = families.attention(q, k, v, attn_mask, flaw, d_model=query.size(-1))
@@ -164,8 +162,7 @@ def _build_mha(candidate, case: Case, table: Table):
     for name, W, b in zip(_PROJECTIONS, weights[..., :-1], weights[..., -1], strict=True):
         copy_weight_and_bias(getattr(module, name), W, b, case.name, f"self.{name}", made)
     module.eval()
-    hint = functools.partial(mask_hint, scores="(B, H, L, S)")
-    options = {"mask": mask, "crash_hint": table.crash, "mask_hint": hint}
+    options = {"mask": mask, "crash_hint": table.crash, "scores": "(B, H, L, S)"}
     with torch.no_grad():
         got = call_attention(module, case.name, *case.args, **options)
         if case.extra.get("need_weights") is not False:
@@ -282,9 +279,8 @@ def load_torch_weights(module, torch_mha):
 
 
 _PACKED = (
-    "torch's in_proj_weight (3·E, E) holds W^Q, W^K, W^V as its three blocks of E rows, in that "
-    "order, each already laid out (out, in) as nn.Linear keeps its weight; in_proj_bias (3·E,) "
-    "holds their biases the same way"
+    "torch's in_proj_weight (3·E, E) holds W^Q, W^K, W^V as three blocks of E rows, in that order, "
+    "each (out, in) as nn.Linear keeps its weight; in_proj_bias (3·E,) their biases the same way"
 )
 _COPY_ALL = "Copy every part (q_proj, k_proj, v_proj and out_proj), each its weight and its bias"
 
