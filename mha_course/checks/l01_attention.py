@@ -1,8 +1,5 @@
-"""Lesson 01's attention: scaled dot-product attention, and one head of self-attention.
-
-A bool mask is True where a query MAY attend (torch's scaled_dot_product_attention's convention);
-a float mask is added to the scores. The wrong answers of the attention itself are
-:mod:`.families`' flaws, handed down to :func:`.families.attention` by :func:`_sdpa`."""
+"""Lesson 01's attention: scaled dot-product attention, and one head of self-attention; a bool
+mask is True where a query MAY attend (torch's convention), a float one is added to the scores."""
 
 from __future__ import annotations
 
@@ -21,7 +18,8 @@ from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, build_module, copy_weight_and_bias, pair, run, seeded_randn
 from .l01_scores import _ONLY_THE_LAST_TWO, scale_hint
 
-__all__ = ["ATTENTION_ROUTINES", "ATTENTION_MISTAKES", "call_attention", "mask_hint"]
+__all__ = ["ATTENTION_ROUTINES", "accepts", "call_attention", "mask_hint", "weights_cause"]
+_TODO = "Replace `raise NotImplementedError` with your code: "
 
 # ---------------------------------------------------------------- scaled_dot_product_attention
 
@@ -59,18 +57,14 @@ _SDPA_FLAWS = {
     "by it instead of 1/√d_k.",
     "divided by the scale": "the scores are divided by the scale; a given scale multiplies them, "
     "as in torch (its default is 1/√d_k, not √d_k).",
-    "is_causal ignored": "is_causal is ignored: when it is True, query i may attend to the keys "
-    "0..i only.",
+    "is_causal ignored": "is_causal is ignored: when True, query i may attend to keys 0..i only.",
 }
 _FAMILIES = (*families.ATTENTION, *families.MASK, *families.FLOAT_MASK, *families.CAUSAL)
-ATTENTION_MISTAKES = families.mistakes(_sdpa, (f for f in _FAMILIES if "d_model" not in f))
-"""The classic wrong answers of lesson 01's attention, called as it is."""
-_MISTAKES = families.mistakes(_sdpa, _SDPA_FLAWS, **_SDPA_FLAWS) + ATTENTION_MISTAKES
+_FLAWS = (*_SDPA_FLAWS, *(f for f in _FAMILIES if f != "scaled by √d_model"))
 
 
 def mask_hint(mask, scores: str = "(..., L, S)") -> str:
-    """What goes wrong with ``mask`` in an answer that crashes with it, or that makes the weights
-    of another shape."""
+    """Why an answer crashes with ``mask``, or gives weights of another shape."""
     if mask.is_floating_point():
         return (
             "a float mask is added to the scores as it is: the ~ operator and masked_fill are for "
@@ -83,36 +77,34 @@ def mask_hint(mask, scores: str = "(..., L, S)") -> str:
     )
 
 
-def call_attention(candidate, case: str, *inputs, mask=None, crash_hint="", mask_hint=mask_hint):
+def call_attention(candidate, case: str, *inputs, mask=None, crash_hint="", scores="(..., L, S)"):
     """``candidate(*inputs, attn_mask=mask)`` on copies of the inputs; a crash names its case, and
-    ``mask_hint(mask)`` when the answer runs without the mask."""
-    floating = mask is not None and mask.is_floating_point()
+    ``mask_hint(mask, scores)`` when the answer runs without the mask."""
+    hint = mask is not None and mask_hint(mask, scores)
     try:
         return call_with_mask(
             candidate,
             case,
             *(x.clone() for x in inputs),
             attn_mask=mask,
-            crash_hint=mask_hint(mask) if floating else crash_hint,
-            mask_hint=mask is not None
-            and f"your code runs without a mask but not with this one: {mask_hint(mask)}",
+            crash_hint=hint if hint and mask.is_floating_point() else crash_hint,
+            mask_hint=hint and f"your code runs without a mask but not with this one: {hint}",
         )
     except ExerciseFailure as failure:
         error = failure.raised
         if isinstance(error, NameError):
-            cause = (
-                f"your code uses `{getattr(error, 'name', None) or 'a name'}`, which is not defined "
-                "where it runs: a helper belongs in the exercise cell, with the answer (that cell "
-                "is what is saved and checked)."
-            )
-        elif isinstance(error, RuntimeError) and "view size is not compatible" in str(error):
-            cause = (
-                "view cannot merge the axes of a transposed tensor (its numbers are no longer in "
-                "memory order); reshape can."
-            )
-        else:
-            raise
-        raise failure.with_cause(cause) from error
+            name = getattr(error, "name", None) or "a name"
+            raise failure.with_cause(f"your code uses `{name}`, {_UNDEFINED}") from error
+        if isinstance(error, RuntimeError) and "view size is not compatible" in str(error):
+            raise failure.with_cause(_VIEW) from error
+        raise
+
+
+_UNDEFINED = (
+    "which is not defined where it runs: a helper belongs in the exercise cell, with the answer "
+    "(that cell is what is saved and checked)."
+)
+_VIEW = "view cannot merge the axes of a transposed tensor (out of memory order); reshape can."
 
 
 def _sdpa_call(candidate, case: Case, table: Table):
@@ -122,47 +114,34 @@ def _sdpa_call(candidate, case: Case, table: Table):
     return call_attention(call, case.name, *case.args, mask=mask, crash_hint=table.crash)
 
 
-def _keys_summed(w) -> str | None:
-    rows = w.detach().double()
-    if rows.size(-1) < 2 or not torch.allclose(rows, rows.mean(-1, keepdim=True), atol=1e-6):
-        return None
-    return (
-        f"every key gets the same weight (1/S = 1/{w.size(-1)}): your scores do not depend on the "
-        "key. An einsum (or a sum) that adds up over the keys does this: keep one score per query "
-        "and key."
-    )
-
-
-def _rows_hint(w) -> str | None:
-    rows, columns = w.detach().double().sum(-1), w.detach().double().sum(-2)
-    if torch.allclose(rows, torch.ones_like(rows), atol=1e-4):
-        return None
-    if torch.allclose(columns, torch.ones_like(columns), atol=1e-4):
-        return (
-            "the columns of your weights sum to 1, not the rows: each query's softmax runs over "
-            "the keys, the last axis."
-        )
-    return "the rows of your weights do not sum to 1: each query's weights are a softmax over the keys."
-
-
 def weights_cause(qk=None):
     """Why the weights differ, when no classic mistake says: NaN, the keys summed, the scale
     (``qk(case)``: the queries and keys, for a case without a mask), rows that do not sum to 1."""
 
     def cause(w, case):
-        mask = case.kwargs.get("attn_mask")
+        mask, w = case.kwargs.get("attn_mask"), w.detach().double()
         if torch.isnan(w).any():
             if mask is not None and bool(masks.nothing_to_attend(mask).any()):
                 return families.MASK["empty rows NaN"]
+            return "NaN in the weights: exp overflowed (inf/inf); subtract each row's max first."
+        if w.size(-1) > 1 and torch.allclose(w, w.mean(-1, keepdim=True), atol=1e-6):
             return (
-                "NaN in the weights: exp overflowed, and inf/inf is NaN. A stable softmax "
-                "subtracts each row's max first, as torch.softmax does."
+                f"every key gets the same weight (1/S = 1/{w.size(-1)}): your scores do not depend "
+                "on the key (an einsum or a sum over the keys?): keep one score per query and key."
             )
-        logits = w.detach().double().clamp_min(1e-300).log()
-        scale = qk and mask is None and scale_hint(logits, *qk(case))
-        return _keys_summed(w) or scale or _rows_hint(w)
+        if qk and mask is None and (scale := scale_hint(w.clamp_min(1e-300).log(), *qk(case))):
+            return scale
+        rows, columns = w.sum(-1), w.sum(-2)
+        if torch.allclose(rows, torch.ones_like(rows), atol=1e-4):
+            return None
+        if torch.allclose(columns, torch.ones_like(columns), atol=1e-4):
+            return f"the columns of your weights sum to 1, not the rows: {_OVER_THE_KEYS}"
+        return f"the rows of your weights do not sum to 1: {_OVER_THE_KEYS}"
 
     return cause
+
+
+_OVER_THE_KEYS = "each query's softmax runs over the keys."
 
 
 def _weights_shape_hint(got, case) -> str:
@@ -197,74 +176,51 @@ def _attention_case(randn):
 def _sdpa_cases():
     case = _attention_case(randn := seeded_randn(1))
     yield case("one sentence: query (4, 8), key (6, 8), value (6, 5)", (4, 8), (6, 8), (6, 5))
-    yield case(
-        "a batch: query (2, 4, 8), key (2, 6, 8), value (2, 6, 5)", (2, 4, 8), (2, 6, 8), (2, 6, 5)
-    )
-    yield case(
-        "batch and heads: query (2, 3, 4, 8), key (2, 3, 6, 8), value (2, 3, 6, 8)",
-        *((2, 3, L, 8) for L in (4, 6, 6)),
-    )
-    yield case(
-        "another size: query (3, 5), key (4, 5), value (4, 3), so d_k = 5", (3, 5), (4, 5), (4, 3)
-    )
+    name = "a batch: query (2, 4, 8), key (2, 6, 8), value (2, 6, 5)"
+    yield case(name, (2, 4, 8), (2, 6, 8), (2, 6, 5))
+    name = "batch and heads: query (2, 3, 4, 8), key (2, 3, 6, 8), value (2, 3, 6, 8)"
+    yield case(name, *((2, 3, L, 8) for L in (4, 6, 6)))
+    name = "another size: query (3, 5), key (4, 5), value (4, 3), so d_k = 5"
+    yield case(name, (3, 5), (4, 5), (4, 3))
     padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2]).view(2, 1, 6)
-    yield case(
-        "padding mask (2, 1, 6), True = may attend; the last 2 keys of sentence 2 are padding",
-        *((2, L, 8) for L in (4, 6, 6)),
-        attn_mask=padding,
-    )
-    causal = families.causal(5, 5)
-    yield case(
-        "causal mask (5, 5): query i may attend to keys 0..i", *[(5, 8)] * 3, attn_mask=causal
-    )
-    yield Case(
-        "huge scores (query × 200): needs a stable softmax",
-        (200 * randn(3, 8), randn(4, 8), randn(4, 8)),
-    )
+    name = "padding mask (2, 1, 6), True = may attend; the last 2 keys of sentence 2 are padding"
+    yield case(name, *((2, L, 8) for L in (4, 6, 6)), attn_mask=padding)
+    name = "causal mask (5, 5): query i may attend to keys 0..i"
+    yield case(name, *[(5, 8)] * 3, attn_mask=families.causal(5, 5))
+    name = "huge scores (query × 200): needs a stable softmax"
+    yield Case(name, (200 * randn(3, 8), randn(4, 8), randn(4, 8)))
 
 
 def _full_cases(is_causal: bool):
-    """The cases of the lesson's whole signature: the scale, float masks, queries with no key,
-    and (for an answer that takes it) is_causal."""
+    """The lesson's whole signature: the scale, float masks, empty rows and (if taken) is_causal."""
     case, one = _attention_case(randn := seeded_randn(2)), ((4, 8), (6, 8), (6, 5))
+    inf = float("inf")
     yield case("scale = 0.5 given: it replaces 1/√d_k", *one, scale=0.5)
     yield case("scale = None given: 1/√d_k", (2, 4, 8), (2, 6, 8), (2, 6, 5), scale=None)
     bias = 2 * randn(4, 6)
     yield case("a float mask (4, 6) added to the scores: a bias, no -inf", *one, attn_mask=bias)
-    padding = torch.zeros(2, 1, 6)
-    padding[1, :, 4:] = float("-inf")
-    yield case(
-        "a float padding mask (2, 1, 6): 0 for real keys, -inf for the last 2 of sentence 2",
-        *((2, L, 8) for L in (4, 6, 6)),
-        attn_mask=padding,
-    )
+    padding = torch.tensor([[0.0] * 6, [0.0] * 4 + [-inf] * 2]).view(2, 1, 6)
+    name = "a float padding mask (2, 1, 6): 0 for real keys, -inf for the last 2 of sentence 2"
+    yield case(name, *((2, L, 8) for L in (4, 6, 6)), attn_mask=padding)
     nothing = torch.rand(4, 6, generator=torch.Generator().manual_seed(3)) > 0.4
     nothing[:, 0], nothing[1] = True, False
     yield case("a bool mask (4, 6) where query 1 may attend to nothing", *one, attn_mask=nothing)
     empty = torch.tensor([[True] * 5, [False] * 5]).view(2, 1, 5)
-    yield case(
-        "a padded batch (2, 1, 5) whose second sentence has no real token",
-        *((2, 3, 8), (2, 5, 8), (2, 5, 4)),
-        attn_mask=empty,
-    )
-    blocked = torch.zeros(3, 4)
-    blocked[2] = float("-inf")
-    yield case(
-        "a float mask (3, 4) whose last row is all -inf", (3, 8), (4, 8), (4, 5), attn_mask=blocked
-    )
+    name = "a padded batch (2, 1, 5) whose second sentence has no real token"
+    yield case(name, (2, 3, 8), (2, 5, 8), (2, 5, 4), attn_mask=empty)
+    blocked = torch.tensor([[0.0] * 4, [0.0] * 4, [-inf] * 4])
+    name = "a float mask (3, 4) whose last row is all -inf"
+    yield case(name, (3, 8), (4, 8), (4, 5), attn_mask=blocked)
     if is_causal:
         yield case("is_causal, L = S = 5", *[(5, 8)] * 3, is_causal=True)
-        yield case(
-            "is_causal, 4 queries and 6 keys: query i may attend to keys 0..i",
-            *((2, 4, 8), (2, 6, 8), (2, 6, 3)),
-            is_causal=True,
-        )
+        name = "is_causal, 4 queries and 6 keys: query i may attend to keys 0..i"
+        yield case(name, (2, 4, 8), (2, 6, 8), (2, 6, 3), is_causal=True)
 
 
 SDPA = Table(
     cases=_sdpa_cases,
     reference=scaled_dot_product_attention,
-    mistakes=_MISTAKES,
+    mistakes=families.mistakes(_sdpa, _FLAWS, **_SDPA_FLAWS),
     outputs=_SDPA_OUTPUTS,
     call=_sdpa_call,
     shape_checks=[pair("output", "weights")],
@@ -274,9 +230,10 @@ SDPA = Table(
 )
 
 
-def _accepts(candidate, name: str) -> bool:
+def accepts(function, name: str) -> bool:
+    """Whether ``function`` takes the keyword argument ``name`` (or any keyword)."""
     try:
-        parameters = inspect.signature(candidate).parameters
+        parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
         return False
     return name in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
@@ -286,19 +243,17 @@ def _accepts(candidate, name: str) -> bool:
     "scaled_dot_product_attention",
     "01",
     reference=scaled_dot_product_attention,
-    todo="Replace `raise NotImplementedError` with your code: scores, scale, mask, softmax, "
-    "weighted sum.",
+    todo=_TODO + "scores, scale, mask, softmax, weighted sum.",
     points=3,
     own_work=ATTENTION_ROUTINES,
 )
 def check_scaled_dot_product_attention(candidate) -> int:
     """Check ``candidate(query, key, value, attn_mask=None) -> (output, weights)``; one that takes
-    ``scale`` (the lesson's skeleton) is also held to the scale, float masks and queries with
-    nothing to attend to, and one that takes ``is_causal`` to that too."""
+    ``scale`` is also held to it, float masks and empty rows, and one that takes ``is_causal`` too."""
     n = run(candidate, SDPA)
-    if not _accepts(candidate, "scale"):
+    if not accepts(candidate, "scale"):
         return n
-    whole = functools.partial(_full_cases, _accepts(candidate, "is_causal"))
+    whole = functools.partial(_full_cases, accepts(candidate, "is_causal"))
     return n + run(candidate, dataclasses.replace(SDPA, cases=whole), candidate.__name__)
 
 
@@ -347,14 +302,13 @@ _HEAD_FLAWS = {
 
 def _build_head(candidate, case: Case, table: Table):
     """The learner's SelfAttention, its three projections loaded with the case's weights."""
-    *weights, x = case.args
+    (*weights, x), mask = case.args, case.kwargs.get("attn_mask")
     d_model, d_k, d_v = x.size(-1), weights[0].size(0), weights[2].size(0)
     module = build_module(candidate, case, (d_model, d_k) + ((d_v,) if d_v != d_k else ()))
     for name, w in zip(("q_proj", "k_proj", "v_proj"), weights, strict=True):
         made = f"an nn.Linear from d_model = {d_model} to {w.size(0)} features, without bias"
         copy_weight_and_bias(getattr(module, name, None), w, None, case.name, f"self.{name}", made)
     with torch.no_grad():
-        mask = case.kwargs.get("attn_mask")
         return call_attention(module, case.name, x, mask=mask, crash_hint=table.crash)
 
 
@@ -367,20 +321,10 @@ def _head_cases():
 
     yield case("one sentence: x (5, 16), SelfAttention(16, 8)", randn(5, 16), 8)
     yield case("a batch: x (2, 5, 16), SelfAttention(16, 8, 4): d_v = 4", randn(2, 5, 16), 8, 4)
-    real = torch.arange(5) < torch.tensor([5, 3])[:, None]  # (B, S): 5 and 3 real tokens
-    mask = families.causal(5, 5) & real[:, None, :]  # (B, L, S), True = may attend
-    yield case(
-        "a padded, causal batch: x (2, 5, 16), attn_mask (2, 5, 5)",
-        randn(2, 5, 16),
-        8,
-        attn_mask=mask,
-    )
+    mask = families.causal(5, 5) & (torch.arange(5) < torch.tensor([5, 3])[:, None])[:, None, :]
+    name = "a padded, causal batch: x (2, 5, 16), attn_mask (2, 5, 5)"
+    yield case(name, randn(2, 5, 16), 8, attn_mask=mask)
     yield case("other sizes: x (3, 6), SelfAttention(6, 3)", randn(3, 6), 3)
-
-
-def _queries_and_keys(case: Case):
-    wq, wk, _, x = case.args
-    return x @ wq.mT, x @ wk.mT
 
 
 HEAD = Table(
@@ -392,7 +336,7 @@ HEAD = Table(
             "the weights",
             1,
             "one row per query and one column per key, (..., L, L).",
-            weights_cause(_queries_and_keys),
+            weights_cause(lambda c: (c.args[3] @ c.args[0].mT, c.args[3] @ c.args[1].mT)),  # Q, K
         ),
         _SDPA_OUTPUTS[1],
     ],
@@ -401,11 +345,7 @@ HEAD = Table(
     crash="x is (..., L, d_model): it is projected three times (q_proj, k_proj, v_proj), then "
     "your scaled_dot_product_attention attends, with the mask handed on.",
 )
+todo = _TODO + "the three projections in __init__, then forward."
 check_self_attention = exercise(
-    "SelfAttention",
-    "01",
-    reference=SelfAttention,
-    todo="Replace each `raise NotImplementedError` with your code: the three projections in "
-    "__init__, then forward.",
-    table=HEAD,
+    "SelfAttention", "01", reference=SelfAttention, todo=todo, table=HEAD
 )

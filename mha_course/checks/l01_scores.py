@@ -1,6 +1,5 @@
 """Lesson 01's first two exercises: the scaled scores Q Kᵀ / √d_k, and the mask of a padded (and
-causal) batch, bool, True where a query MAY attend (torch's scaled_dot_product_attention's
-convention)."""
+causal) batch, bool, True where a query MAY attend (torch's convention)."""
 
 from __future__ import annotations
 
@@ -18,33 +17,26 @@ __all__ = ["check_attention_scores", "check_may_attend_mask", "may_attend_mask",
 
 
 def _scores(flaw=""):
-    """Q Kᵀ / √d_k, query (..., L, E) and key (..., S, E) -> (..., L, S); or with ``flaw``."""
+    """The scores Q Kᵀ / √d_k, or with ``flaw``."""
 
     def attention_scores(query, key):
         """Q Kᵀ / √d_k: query (..., L, E), key (..., S, E) -> (..., L, S)."""
-        d_k, S = query.size(-1), key.size(-2)
         if flaw == "softmax applied":
             return torch.softmax(_scores()(query, key), dim=-1)
-        if flaw == "scores transposed":
-            query, key = key, query
-        turn = {"keys.T on a batch": reverse_axes, "a 2-D transpose": torch.t}.get(flaw, _mT)
+        d_k, S = query.size(-1), key.size(-2)
         scale = {"no scale": 1.0, "divided by d_k": 1 / d_k, "multiplied by √d_k": d_k**0.5}
-        return query @ turn(key) * {**scale, "scaled by √S": S**-0.5}.get(flaw, d_k**-0.5)
+        scale = {**scale, "scaled by √S": S**-0.5}.get(flaw, d_k**-0.5)
+        a, b = (key, query) if flaw == "scores transposed" else (query, key)
+        return a @ _TURNED.get(flaw, lambda t: t.mT)(b) * scale
 
     return attention_scores
 
 
-def _mT(t):
-    return t.transpose(-2, -1)
-
-
+_TURNED = {"keys.T on a batch": reverse_axes, "a 2-D transpose": torch.t}
+_ONE_PER_PAIR = "one score per query and key, (..., L, S)."
 _ONLY_THE_LAST_TWO = "only the keys' last two axes are swapped, whatever comes before them"
 _SCORE_FLAWS = {
     "no scale": "the scores are not scaled: their variance is d_k (the lesson's prediction), not 1.",
-    "divided by d_k": "the scores are divided by d_k itself, which divides their variance, d_k, "
-    "by d_k²: 1/d_k instead of 1.",
-    "multiplied by √d_k": "the scores are multiplied by √d_k, which multiplies their variance, "
-    "d_k, by d_k: d_k² instead of 1.",
     "scaled by √S": "the scores are scaled by the number of keys S; the scale is 1/√d_k, d_k "
     "being the size of each query and key vector.",
     "keys.T on a batch": f"the T attribute reverses every axis of batched keys: {_ONLY_THE_LAST_TWO}.",
@@ -53,6 +45,8 @@ _SCORE_FLAWS = {
     "softmax applied": "the softmax is applied: attention_scores stops at the scaled scores; the "
     "softmax turns them into weights in the next step.",
 }
+
+_SCORE_FAMILY = ("divided by d_k", "multiplied by √d_k", *_SCORE_FLAWS, "scores transposed")
 
 
 def scale_hint(logits, query, key) -> str | None:
@@ -83,10 +77,8 @@ def _score_cases():
     randn = seeded_randn(12)
     yield Case("query (4, 8), key (6, 8): d_k = 8", (randn(4, 8), randn(6, 8)))
     yield Case("a batch: query (2, 4, 8), key (2, 6, 8)", (randn(2, 4, 8), randn(2, 6, 8)))
-    yield Case(
-        "batch and heads: query (2, 3, 4, 16), key (2, 3, 5, 16): d_k = 16",
-        (randn(2, 3, 4, 16), randn(2, 3, 5, 16)),
-    )
+    name = "batch and heads: query (2, 3, 4, 16), key (2, 3, 5, 16): d_k = 16"
+    yield Case(name, (randn(2, 3, 4, 16), randn(2, 3, 5, 16)))
     yield Case("d_k = 5: query (3, 5), key (7, 5)", (randn(3, 5), randn(7, 5)))
     yield Case("L = S: query (4, 6), key (4, 6)", (randn(4, 6), randn(4, 6)))
     yield Case("float64: query (2, 3), key (5, 3)", (randn(2, 3).double(), randn(5, 3).double()))
@@ -97,22 +89,13 @@ attention_scores = _scores()
 SCORES = Table(
     cases=_score_cases,
     reference=attention_scores,
-    mistakes=families.mistakes(_scores, (*_SCORE_FLAWS, "scores transposed"), **_SCORE_FLAWS),
-    outputs=[
-        Out(
-            "the scores",
-            shape_hint="one score per query and key, (..., L, S).",
-            fallback=lambda got, case: scale_hint(got, *case.args),
-        )
-    ],
+    mistakes=families.mistakes(_scores, _SCORE_FAMILY, **_SCORE_FLAWS),
+    outputs=[Out("the scores", None, _ONE_PER_PAIR, fallback=lambda g, c: scale_hint(g, *c.args))],
     crash=f"the inputs may have leading batch and head axes: {_ONLY_THE_LAST_TWO}.",
 )
+todo = "Replace `raise NotImplementedError` with the scores, scaled to a variance of 1."
 check_attention_scores = exercise(
-    "attention_scores",
-    "01",
-    reference=attention_scores,
-    todo="Replace `raise NotImplementedError` with the scores, scaled to a variance of 1.",
-    table=SCORES,
+    "attention_scores", "01", reference=attention_scores, todo=todo, table=SCORES
 )
 
 # ---------------------------------------------------------------- may_attend_mask
@@ -146,18 +129,15 @@ def _may_attend(flaw=""):
 
 may_attend_mask = _may_attend()
 _MASK_FLAWS = {
-    "causal inverted": "the causal part is inverted: here True means the query may attend "
-    "(torch.nn.MultiheadAttention's masks say the opposite), and query i may attend to the keys "
-    "j ≤ i.",
-    "causal ignored": "the causal part is missing: with causal set, query i may attend to the "
-    "keys j ≤ i only.",
+    "causal inverted": "the causal part is inverted: here True means may attend (torch's "
+    "nn.MultiheadAttention says the opposite), and query i may attend to the keys j ≤ i.",
+    "causal ignored": "the causal part is missing: when causal, query i attends to keys j ≤ i only.",
     "padding inverted": "the padding part is inverted: the real tokens (j < lengths[b]) may be "
     "attended to, the pads may not.",
     "padding ≤": "one key too many is real: positions count from 0, so a sentence of length 3 "
     "holds positions 0, 1, 2 (j < lengths[b], strictly).",
     "padding on the queries": "you blocked the pads' own rows (their queries). Only the keys are "
-    "masked: no query may attend to a pad (its column is False), while a pad's own row is "
-    "computed and ignored later, as with torch's key_padding_mask.",
+    "masked (a pad's column is False); a pad's own row is ignored later, as torch's is.",
     "padding ignored": "the lengths are ignored (or the first sentence's length is used for all): "
     "key j of sentence b is real only when j < lengths[b], its own length.",
     "or instead of and": "the two parts are combined with 'or': a pair is allowed only when both "
@@ -170,27 +150,24 @@ _MASK_FLAWS = {
 
 def _mask_shape_hint(got, case) -> str:
     S, lengths = case.args[0], case.kwargs["lengths"]
-    B = None if lengths is None else len(lengths)
-    if lengths is not None and tuple(got.shape) in ((B, 1, S), (B, S)):
+    if lengths is not None and tuple(got.shape) in ((len(lengths), 1, S), (len(lengths), S)):
         return (
             f"your mask is {'(B, 1, S)' if got.dim() == 3 else '(B, S)'}: right for padding "
-            "alone, but this exercise returns one row per query, (B, S, S), so that the causal "
-            "part fits in too."
+            "alone, but here each query has its row, (B, S, S), where the causal part fits too."
         )
     return "(S, S) without lengths, (B, S, S) with lengths: one row per query, one column per key."
 
 
 _WHERE_TRUE = "True where key j is a real token (j < lengths[b]) and, when causal, j ≤ i."
+_ADDITIVE = (
+    "this is the additive float form of a mask (0 where allowed, -inf where blocked), which "
+    "torch's attention also takes; this exercise returns the bool form: "
+)
 
 
 def _mask_values_hint(got, case) -> str:
-    if got.is_floating_point() and bool(((got == 0) | got.isneginf()).all()):
-        return (
-            "this is the additive float form of a mask (0 where allowed, -inf where blocked), "
-            "which torch's attention also takes; this exercise returns the bool form: "
-            + _WHERE_TRUE
-        )
-    return _WHERE_TRUE
+    additive = got.is_floating_point() and bool(((got == 0) | got.isneginf()).all())
+    return (_ADDITIVE if additive else "") + _WHERE_TRUE
 
 
 def _mask_cases():
@@ -212,21 +189,11 @@ MAY_ATTEND = Table(
     cases=_mask_cases,
     reference=may_attend_mask,
     mistakes=families.mistakes(_may_attend, _FAMILY, **_MASK_FLAWS),
-    outputs=[
-        Out(
-            "the mask's entries",
-            shape_hint=_mask_shape_hint,
-            fallback=_mask_values_hint,
-        )
-    ],
+    outputs=[Out("the mask's entries", None, _mask_shape_hint, fallback=_mask_values_hint)],
     crash="the lengths (B,) and the positions (S,) make a (B, S) table of the real keys only "
-    "when each has an axis of its own; with an axis for the queries, (B, 1, S), it broadcasts "
-    "against the (S, S) causal part to (B, S, S).",
+    "when each has an axis of its own; with one for the queries, (B, 1, S), it fits (S, S) too.",
 )
+todo = "Replace `raise NotImplementedError` with the mask: which keys may each query attend to?"
 check_may_attend_mask = exercise(
-    "may_attend_mask",
-    "01",
-    reference=may_attend_mask,
-    todo="Replace `raise NotImplementedError` with the mask: which keys may each query attend to?",
-    table=MAY_ATTEND,
+    "may_attend_mask", "01", reference=may_attend_mask, todo=todo, table=MAY_ATTEND
 )

@@ -1,18 +1,12 @@
 """Lesson 02's multi-head attention, held to torch's (F.multi_head_attention_forward) with the
-same weights, and the copy of torch's packed weights into it.
-
-The learner's class is built as ``MultiHeadAttention(embed_dim, num_heads)``; its ``q_proj``,
-``k_proj``, ``v_proj`` and ``out_proj`` get a case's W^Q, W^K, W^V, W^O (one tensor (4, E, E + 1),
-each bias in the last column). A bool mask is True where a query may attend (torch's module says
-the opposite: it gets the mask inverted), a float one is added to the scores. The classic wrong
-answers are :func:`_mha` with a flaw: the heads' split and merge, the scale, the projections, the
-masks, from :mod:`.families`."""
+same weights, and the copy of torch's packed weights into it. A case's W^Q, W^K, W^V, W^O are one
+tensor (4, E, E + 1), each bias in the last column; the classic wrong answers are :func:`_mha`'s."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-import inspect
 import math
 
 import torch
@@ -24,11 +18,9 @@ from .. import attention, masks, multihead
 from .._validate import require_divisible, shape_str
 from . import families
 from ._core import call_candidate, exercise
-from ._failure import ExerciseFailure
+from ._failure import ExerciseFailure, close
 from ._table import Case, Out, Table, build_module, copy_weight_and_bias, pair, run, seeded_randn
-from .l01_attention import call_attention, mask_hint, weights_cause
-
-__all__ = ["check_multi_head_attention", "check_load_torch_weights", "MHA_ROUTINES"]
+from .l01_attention import accepts, call_attention, mask_hint, weights_cause
 
 
 class MultiHeadAttention(nn.Module):
@@ -39,11 +31,8 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, embed_dim, num_heads):
         super().__init__()
         require_divisible("embed_dim", embed_dim, "num_heads", num_heads)
-        self.num_heads = num_heads
-        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
-            nn.Linear(embed_dim, embed_dim)
-            for _ in range(4)  # W^Q, W^K, W^V, W^O
-        )
+        self.num_heads, E = num_heads, embed_dim
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(E, E) for _ in range(4))
 
     def forward(self, query, key, value, attn_mask=None, need_weights=True):
         q, k, v = (
@@ -84,13 +73,9 @@ def _mha(flaw=""):
 
     def attend(query, key, value, attn_mask=None, *, weights, heads):
         W, b = weights[..., :-1], weights[..., -1]
-
-        def heads_of(i, x):  # the i-th projection, split into heads
-            return families.split_heads(F.linear(x, W[i], b[i]), heads, flaw)
-
-        q = heads_of(0, query)
-        k = heads_of(0 if flaw == "keys projected with W^Q" else 1, key)
-        v = heads_of(2, key if flaw == "values from the key" else value)
+        k_i = 0 if flaw == "keys projected with W^Q" else 1  # the projection the keys go through
+        inputs = ((0, query), (k_i, key), (2, key if flaw == "values from the key" else value))
+        q, k, v = (families.split_heads(F.linear(x, W[i], b[i]), heads, flaw) for i, x in inputs)
         _, w = families.attention(q, k, v, attn_mask, flaw, d_model=query.size(-1))
         if not flaw.endswith("zeroed"):  # a plain softmax, as the lesson's: a query left with no
             w = w.masked_fill(w.eq(0).all(-1, keepdim=True), float("nan"))  # key gets NaN
@@ -111,28 +96,19 @@ _OWN_FLAWS = {
     "weights averaged over the heads": "you averaged the weights over the heads; every head's "
     "weights are returned, (B, H, L, S) (torch gives them when told not to average).",
 }
-_FLAWS = (
-    *families.HEADS,
-    *("scaled by √d_model", "no scale", "softmax over the queries", "softmax over the heads"),
-    *_OWN_FLAWS,
-    *("mask ignored", "mask inverted", "mask inverted, empty rows zeroed", "mask filled with 0"),
-    *families.FLOAT_MASK,
-)
-
-
-def _mha_weights(randn, E: int) -> torch.Tensor:
-    """W^Q, W^K, W^V, W^O and their biases, (4, E, E + 1); torch starts its biases at 0, these
-    are not, so that a bias left out shows."""
-    return torch.cat([randn(4, E, E) / math.sqrt(E), 0.2 * randn(4, E, 1)], dim=-1)
+_FLAWS = (*families.HEADS, "scaled by √d_model", "no scale", "softmax over the queries")
+_FLAWS += ("softmax over the heads", *_OWN_FLAWS, "mask ignored", "mask inverted")
+_FLAWS += ("mask inverted, empty rows zeroed", "mask filled with 0", *families.FLOAT_MASK)
 
 
 def _case(randn):
-    """``case(name, E, H, query, key, value, mask, **extra)``: key and value default to the query
-    (self-attention); the weights are drawn for the case."""
+    """``case(name, E, H, query, key, value, mask, **extra)``: key and value default to the query;
+    the weights (4, E, E + 1) are drawn, biases not 0 (as torch's start) so that one left out shows."""
 
     def case(name, E, H, query, key=None, value=None, mask=None, **extra):
-        key = query if key is None else key
-        kwargs = {"attn_mask": mask, "weights": _mha_weights(randn, E), "heads": H}
+        key, W = query if key is None else key, randn(4, E, E) / math.sqrt(E)
+        weights = torch.cat([W, 0.2 * randn(4, E, 1)], dim=-1)
+        kwargs = {"attn_mask": mask, "weights": weights, "heads": H}
         return Case(name, (query, key, key if value is None else value), kwargs, extra)
 
     return case
@@ -144,11 +120,8 @@ def _mha_cases():
     cross = "cross-attention: query (2, 5, 24), key and value (2, 7, 24), 4 heads"
     yield case(cross, 24, 4, randn(2, 5, 24), randn(2, 7, 24), randn(2, 7, 24))
     padding = torch.tensor([[True] * 6 + [False], [True] * 4 + [False] * 3]).view(2, 1, 1, 7)
-    yield case(
-        "padding mask (2, 1, 1, 7), True = may attend: the last key of sentence 1 and the last 3 "
-        "of sentence 2 are padding",
-        *(24, 4, randn(2, 5, 24), randn(2, 7, 24), randn(2, 7, 24), padding),
-    )
+    name = "padding mask (2, 1, 1, 7), True = may attend: 6 and 4 real keys of 7"
+    yield case(name, 24, 4, randn(2, 5, 24), randn(2, 7, 24), randn(2, 7, 24), padding)
     causal = "causal mask (6, 6), True = may attend: query i sees keys 0..i; 3 heads of size 8"
     yield case(causal, 24, 3, randn(2, 6, 24), mask=families.causal(6, 6))
     yield case("8 heads of size 4 (h = 8, d_model = 32): x (1, 4, 32)", 32, 8, randn(1, 4, 32))
@@ -161,25 +134,14 @@ def _float_cases():
     yield case(bias, 24, 4, randn(2, 5, 24), randn(2, 7, 24), randn(2, 7, 24), randn(5, 7))
     padding = torch.zeros(2, 1, 1, 7)
     padding[0, ..., 6:] = padding[1, ..., 4:] = float("-inf")
-    yield case(
-        "float padding mask (2, 1, 1, 7): 0 for a real key, -inf for padding (the last key of "
-        "sentence 1, the last 3 of sentence 2)",
-        *(24, 4, randn(2, 5, 24), randn(2, 7, 24), randn(2, 7, 24), padding),
-    )
-    per_head = (
-        "a bias per head (4, 6, 6), as ALiBi adds: -slope_h·(i − j) for keys j ≤ i, -inf after i"
-    )
-    yield case(per_head, 24, 4, randn(2, 6, 24), mask=_alibi_like(4, 6))
+    name = "float padding mask (2, 1, 1, 7): 0 for the 6 and 4 real keys, -inf for the pads"
+    yield case(name, 24, 4, randn(2, 5, 24), randn(2, 7, 24), randn(2, 7, 24), padding)
+    name = "a bias per head (4, 6, 6), as ALiBi adds: -slope_h·(i − j) for j ≤ i, -inf after i"
+    i, j, slopes = torch.arange(6)[:, None], torch.arange(6), 2.0 ** -torch.arange(1.0, 5.0)
+    alibi = (-slopes[:, None, None] * (i - j)).masked_fill(j > i, float("-inf"))  # Press et al.
+    yield case(name, 24, 4, randn(2, 6, 24), mask=alibi)
     no_weights = "need_weights False, causal bool mask (6, 6), 3 heads: the weights are None"
     yield case(no_weights, 24, 3, randn(2, 6, 24), mask=families.causal(6, 6), need_weights=False)
-
-
-def _alibi_like(H: int, L: int) -> torch.Tensor:
-    """(H, L, L): head h adds -slope_h · (i − j) to the score of query i and key j ≤ i, -inf to
-    a later key (ALiBi's bias, Press et al. 2022, with its causal mask)."""
-    slopes = 2.0 ** -torch.arange(1, H + 1, dtype=torch.float32)
-    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
-    return (-slopes[:, None, None] * (i - j)).masked_fill(j > i, float("-inf"))
 
 
 def _build_mha(candidate, case: Case, table: Table):
@@ -188,35 +150,25 @@ def _build_mha(candidate, case: Case, table: Table):
     E = weights.size(1)
     module = build_module(candidate, case, (E, H))
     missing = [n for n in _PROJECTIONS if not isinstance(getattr(module, n, None), nn.Module)]
-    if missing:
-        with torch.no_grad():  # an unsolved skeleton is "not done yet", not "wrong"
-            try:
-                call_candidate(module, case.name, *case.args)
-            except ExerciseFailure:
-                pass
+    if missing:  # an unsolved skeleton is "not done yet", not "wrong"
+        with torch.no_grad(), contextlib.suppress(ExerciseFailure):
+            call_candidate(module, case.name, *case.args)
         raise ExerciseFailure(
             f"Case {case.name!r}: your MultiHeadAttention has no {', '.join(missing)}. __init__ "
             "makes the four projections W^Q, W^K, W^V and W^O, each an nn.Linear from embed_dim "
             "to embed_dim features: self.q_proj, self.k_proj, self.v_proj and self.out_proj."
         )
     made = f"an nn.Linear from embed_dim = {E} to {E} features, with a bias (as torch's has)"
-    for name, w in zip(_PROJECTIONS, weights, strict=True):
-        copy_weight_and_bias(
-            getattr(module, name), w[:, :-1], w[:, -1], case.name, f"self.{name}", made
-        )
+    for name, W, b in zip(_PROJECTIONS, weights[..., :-1], weights[..., -1], strict=True):
+        copy_weight_and_bias(getattr(module, name), W, b, case.name, f"self.{name}", made)
     module.eval()
-    hint = functools.partial(mask_hint, scores="(B, H, L, S)")
-
-    def call(module):
-        return call_attention(
-            module, case.name, *case.args, mask=mask, crash_hint=table.crash, mask_hint=hint
-        )
-
+    options = {"mask": mask, "crash_hint": table.crash, "scores": "(B, H, L, S)"}
     with torch.no_grad():
-        got = call(module)
+        got = call_attention(module, case.name, *case.args, **options)
         if case.extra.get("need_weights") is not False:
             return got
-        without = call(functools.partial(module, need_weights=False))
+        no_weights = functools.partial(module, need_weights=False)
+        without = call_attention(no_weights, case.name, *case.args, **options)
     _require_no_weights(case, without, got)
     return without[0], got[1]
 
@@ -229,10 +181,10 @@ def _require_no_weights(case: Case, without, got) -> None:
         raise ExerciseFailure(
             f"Case {case.name!r}: the weights should be None, got {type(weights).__name__}{made}.\n"
             "Likely cause: need_weights is ignored. When it is False the layer gives (output, "
-            "None), as torch.nn.MultiheadAttention does: a caller who needs no weights lets the "
-            "layer skip them (a fused kernel never forms them in full)."
+            "None), as torch.nn.MultiheadAttention does, and may skip forming the weights."
         )
-    if isinstance(got, tuple) and len(got) == 2 and not _same(without[0], got[0]):
+    output = got[0] if isinstance(got, tuple) and len(got) == 2 else None
+    if output is not None and not close(without[0], output, 1e-5, 1e-5, equal_nan=True):
         raise ExerciseFailure(
             f"Case {case.name!r}: the outputs differ with need_weights False and True.\nLikely "
             "cause: the branch without weights; if it calls F.scaled_dot_product_attention, give "
@@ -240,20 +192,11 @@ def _require_no_weights(case: Case, without, got) -> None:
         )
 
 
-def _same(a, b) -> bool:
-    return (
-        isinstance(a, torch.Tensor)
-        and a.shape == b.shape
-        and torch.allclose(a, b, atol=1e-5, equal_nan=True)
-    )
-
-
 def _weights_given(case: Case, got, expected) -> None:
     if got[1] is None:
         raise ExerciseFailure(
             f"Case {case.name!r}: the weights should be a torch.Tensor, got NoneType.\nLikely "
-            "cause: need_weights is left at its default, True, here: every head's weights come "
-            "back; only a call that sets it to False gets None."
+            "cause: need_weights is True here, its default: every head's weights come back."
         )
 
 
@@ -275,44 +218,31 @@ def _heads_hint(got, case: Case) -> str:
     return "one row per query and one column per key, for every head: (B, H, L, S)."
 
 
+_EACH_STEP = (
+    "compare the steps: the queries and keys of each head, their scores scaled by √d_k, the mask, "
+    "and the softmax over the keys."
+)
+_MERGED = "the output is (B, L, E): the heads merged back side by side, then W^O (out_proj)."
+_AFTER_THE_WEIGHTS = (
+    "the weights are right, so look at what follows: each head's weighted sum of its values, the "
+    "heads merged back to (B, L, E), then W^O (out_proj)."
+)
 MHA = Table(
     cases=_mha_cases,
     reference=_torch_mha,
     mistakes=families.mistakes(_mha, _FLAWS, **_OWN_FLAWS),
     outputs=[
-        Out(
-            "the per-head weights",
-            1,
-            _heads_hint,
-            weights_cause(),
-            fallback="compare the steps: the queries and keys of each head, their scores scaled "
-            "by √d_k, the mask, and the softmax over the keys.",
-        ),
-        Out(
-            "the outputs",
-            0,
-            "the output is (B, L, E): the heads merged back side by side, then W^O (out_proj).",
-            fallback="the weights are right, so look at what follows: each head's weighted sum "
-            "of its values, the heads merged back to (B, L, E), then W^O (out_proj).",
-        ),
+        Out("the per-head weights", 1, _heads_hint, weights_cause(), fallback=_EACH_STEP),
+        Out("the outputs", 0, _MERGED, fallback=_AFTER_THE_WEIGHTS),
     ],
     call=_build_mha,
     shape_checks=[pair("output", "weights"), _weights_given],
     crash="a shape mix-up. Every size comes from the inputs and from self (B, L, E from the "
-    "query, S from the key, H the number of heads given to __init__, D = E / H), never from the "
-    "notebook's variables: the check uses other sizes. Follow the shapes step by step: (B, L, E), "
-    "then (B, L, H, D), then (B, H, L, D).",
+    "query, S from the key, H given to __init__, D = E / H), never from the notebook's variables. "
+    "Follow the shapes: (B, L, E), then (B, L, H, D), then (B, H, L, D).",
     atol=1e-4,
     rtol=1e-3,
 )
-
-
-def _takes_need_weights(candidate) -> bool:
-    try:
-        parameters = inspect.signature(candidate.forward).parameters.values()
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return any(p.name == "need_weights" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 @exercise(
@@ -325,11 +255,10 @@ def _takes_need_weights(candidate) -> bool:
     own_work=MHA_ROUTINES,
 )
 def check_multi_head_attention(candidate) -> int:
-    """Check ``MultiHeadAttention(embed_dim, num_heads)`` against torch's multi-head attention with
-    the same weights: five cases of bool masks, and four of float masks and need_weights for a
-    forward that takes need_weights (the lesson's skeleton)."""
+    """Check ``MultiHeadAttention(embed_dim, num_heads)`` against torch's with the same weights: five
+    cases of bool masks, and four of float masks and need_weights for a forward that takes it."""
     n = run(candidate, MHA)
-    if _takes_need_weights(candidate):
+    if accepts(getattr(candidate, "forward", None), "need_weights"):
         n += run(candidate, dataclasses.replace(MHA, cases=_float_cases))
     return n
 
@@ -338,9 +267,8 @@ def check_multi_head_attention(candidate) -> int:
 
 
 def load_torch_weights(module, torch_mha):
-    """The reference: torch.nn.MultiheadAttention's W^Q, W^K, W^V (its in_proj_weight and
-    in_proj_bias, three blocks of rows) and W^O copied into ``module``'s four Linears; ``module``
-    comes back."""
+    """The reference: torch's W^Q, W^K, W^V (in_proj_weight and in_proj_bias, three blocks of rows)
+    and W^O copied into ``module``'s four Linears; ``module`` comes back."""
     blocks = zip(torch_mha.in_proj_weight.chunk(3), torch_mha.in_proj_bias.chunk(3), strict=True)
     with torch.no_grad():
         for linear, (weight, bias) in zip((module.q_proj, module.k_proj, module.v_proj), blocks):
@@ -351,40 +279,15 @@ def load_torch_weights(module, torch_mha):
 
 
 _PACKED = (
-    "torch's in_proj_weight (3·E, E) holds W^Q, W^K, W^V as its three blocks of E rows, in that "
-    "order, each already laid out (out, in) as nn.Linear keeps its weight; in_proj_bias (3·E,) "
-    "holds their biases the same way"
+    "torch's in_proj_weight (3·E, E) holds W^Q, W^K, W^V as three blocks of E rows, in that order, "
+    "each (out, in) as nn.Linear keeps its weight; in_proj_bias (3·E,) their biases the same way"
 )
+_COPY_ALL = "Copy every part (q_proj, k_proj, v_proj and out_proj), each its weight and its bias"
 
 
-def _parts(module: nn.Module) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """W^Q, W^K, W^V and W^O of torch's module or of the exercise's, copies: ``{name: (weight,
-    bias)}``."""
-    if isinstance(module, nn.MultiheadAttention):
-        blocks = zip(module.in_proj_weight.chunk(3), module.in_proj_bias.chunk(3), strict=True)
-        pairs = (*blocks, (module.out_proj.weight, module.out_proj.bias))
-    else:
-        pairs = ((getattr(module, n).weight, getattr(module, n).bias) for n in _PROJECTIONS)
-    return {
-        n: tuple(t.detach().clone() for t in p) for n, p in zip(_PROJECTIONS, pairs, strict=True)
-    }
-
-
-def _part_cause(name: str, what: str, got, want, parts: dict, before) -> str:
-    if torch.equal(got, before):
-        return (
-            "it was not copied: it still holds its own random numbers. Copy every part (q_proj, "
-            "k_proj, v_proj and out_proj), each its weight and its bias"
-            + (": torch's out_proj is an nn.Linear too." if name == "out_proj" else ".")
-        )
-    if what == "weight" and torch.equal(got, want.mT):
-        return (
-            "it is the transpose of torch's. nn.Linear keeps its weight as (out, in), and so does "
-            "each block of in_proj_weight: no transpose is needed."
-        )
-    same = (n for n, p in parts.items() for t in p if t.shape == got.shape and torch.equal(got, t))
-    other = next(same, None)
-    return f"it holds the {what} of {other}: {_PACKED}." if other else f"{_PACKED}."
+def _parts(module: nn.Module) -> dict[str, list[torch.Tensor]]:
+    """Copies of the weight and bias of each of the exercise module's four Linears, by name."""
+    return {n: [t.detach().clone() for t in getattr(module, n).parameters()] for n in _PROJECTIONS}
 
 
 def _check_part(case: str, module, source, name: str, what: str, parts: dict, before) -> None:
@@ -396,15 +299,24 @@ def _check_part(case: str, module, source, name: str, what: str, parts: dict, be
             f"Case {case!r}: {where} is {shape}, expected {shape_str(want.shape)}.\nLikely cause: "
             f"{_PACKED}."
         )
-    if not torch.equal(got.detach(), want):
-        cause = _part_cause(name, what, got.detach(), want, parts, before)
+    if not torch.equal(numbers := got.detach(), want):
+        other = next((n for n, p in parts.items() for t in p if torch.equal(numbers, t)), None)
+        cause = f"it holds the {what} of {other}: {_PACKED}." if other else f"{_PACKED}."
+        if torch.equal(numbers, before):
+            end = ": torch's out_proj is an nn.Linear too." if name == "out_proj" else "."
+            cause = f"it was not copied: it still holds its own random numbers. {_COPY_ALL}{end}"
+        elif what == "weight" and torch.equal(numbers, want.mT):
+            cause = (
+                "it is the transpose of torch's. nn.Linear keeps its weight as (out, in), and so "
+                "does each block of in_proj_weight: no transpose is needed."
+            )
         raise ExerciseFailure(f"Case {case!r}: {where} is not torch's.\nLikely cause: {cause}")
     memory = got.untyped_storage().data_ptr()
     if any(memory == t.untyped_storage().data_ptr() for t in source.parameters()):
         raise ExerciseFailure(
             f"Case {case!r}: {where} shares its memory with torch's module.\nLikely cause: it was "
-            "given torch's tensor (or a slice of it) instead of a copy of its numbers, so training "
-            "one would change the other. Copy the numbers into the Linear's own tensor."
+            "given torch's tensor (or a slice of it), not a copy of its numbers: training one "
+            "would change the other."
         )
     if not isinstance(got, nn.Parameter) or not got.requires_grad:
         raise ExerciseFailure(
@@ -414,25 +326,10 @@ def _check_part(case: str, module, source, name: str, what: str, parts: dict, be
         )
 
 
-def _call_loader(candidate, case: str, module: nn.Module, source: nn.Module):
-    try:
-        return call_candidate(candidate, case, module, source, crash_hint=f"{_PACKED}.")
-    except ExerciseFailure as failure:
-        if "leaf Variable" not in str(failure.raised):
-            raise
-        raise failure.with_cause(
-            "a parameter that requires grad cannot be changed in place while autograd records: "
-            "make the copies with autograd off (torch.no_grad)."
-        ) from failure.raised
+todo = "Copy torch's in_proj and out_proj weights into module's four Linears; give module back."
 
 
-@exercise(
-    "load_torch_weights",
-    "02",
-    reference=load_torch_weights,
-    todo="Copy torch's packed W^Q, W^K, W^V (in_proj_weight, in_proj_bias) and its out_proj into "
-    "module's q_proj, k_proj, v_proj and out_proj, and give module back.",
-)
+@exercise("load_torch_weights", "02", reference=load_torch_weights, todo=todo)
 def check_load_torch_weights(candidate) -> int:
     """Check ``candidate(module, torch_mha) -> module``: torch's weights copied into the four
     Linears of a MultiHeadAttention, torch's own module left as it was."""
@@ -443,10 +340,18 @@ def check_load_torch_weights(candidate) -> int:
         with torch.no_grad():  # torch starts the biases at 0: a bias left out would not show
             source.in_proj_bias.normal_(0.0, 0.5)
             source.out_proj.bias.normal_(0.0, 0.5)
-        parts, state = _parts(source), {k: v.clone() for k, v in source.state_dict().items()}
+        state = {k: v.clone() for k, v in source.state_dict().items()}
         module = MultiHeadAttention(E, H)
-        before = _parts(module)
-        result = _call_loader(candidate, case, module, source)
+        before, parts = _parts(module), _parts(load_torch_weights(MultiHeadAttention(E, H), source))
+        try:
+            result = call_candidate(candidate, case, module, source, crash_hint=f"{_PACKED}.")
+        except ExerciseFailure as failure:
+            if "leaf Variable" not in str(failure.raised):
+                raise
+            raise failure.with_cause(
+                "a parameter that requires grad cannot be changed in place while autograd "
+                "records: make the copies with autograd off (torch.no_grad)."
+            ) from failure.raised
         changed = [k for k, v in source.state_dict().items() if not torch.equal(v, state[k])]
         if changed:
             raise ExerciseFailure(
