@@ -458,7 +458,9 @@ def test_forgetting_super_init_is_named():
             self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
             self.q_proj = nn.Linear(embed_dim, embed_dim)
 
-    message = fails_with(NoSuperInit, "raised AttributeError", "own __init__ (through super) must run first")
+    message = fails_with(
+        NoSuperInit, "raised AttributeError", "own __init__ (through super) must run first"
+    )
     assert "shape mix-up" not in message and "_core.py" not in message
 
 
