@@ -14,13 +14,6 @@ from ._core import call_candidate, exercise
 from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, build_module, seeded_randn
 
-LAYER_NORM_ROUTINES = {  # what the exercise asks the learner to write themselves
-    "torch's layer_norm (torch.nn.functional)": F.layer_norm,
-    "torch's layer_norm": torch.layer_norm,
-    "torch's nn.LayerNorm": nn.LayerNorm,
-    "the course's LayerNorm (mha_course)": layernorm.LayerNorm,
-}
-
 
 def _norm(x, w, b, eps, flaw=""):
     """torch's LayerNorm, or with a flaw of families.NORM or :data:`_LN_WHY`."""
@@ -42,8 +35,7 @@ _OWN_FEATURES = "LayerNorm takes them over each token's own features, the last a
 _LN_WHY = {
     "normalised over the wrong axis": "the mean and variance are taken over the first axis (the "
     f"batch, as BatchNorm does); {_OWN_FEATURES}",
-    "unbiased variance": "the variance is the unbiased one, divided by n − 1 (torch's var and "
-    "std by default); LayerNorm's divides by n, the number of features.",
+    "unbiased variance": "the variance is the unbiased one, divided by n − 1; LayerNorm's by n.",
     "over the tokens": "the mean and variance are taken over the tokens (the sequence axis); "
     + _OWN_FEATURES,
     "over everything": "one mean and one variance for the whole tensor; each token gets its own.",
@@ -51,8 +43,7 @@ _LN_WHY = {
     "(n − 1), and ε goes inside the square root.",
     "no mean subtraction": "the mean is not subtracted before dividing by the standard deviation.",
     "not divided": "the mean is subtracted, but nothing divides by the standard deviation.",
-    "divided by the variance": "the centred values are divided by the variance, not by its "
-    "square root √(σ² + ε).",
+    "divided by the variance": "the centred values are divided by the variance, not its root.",
     "weight and bias swapped": "the weight and the bias are swapped: γ multiplies, β is added.",
     "bias multiplied": "the bias multiplies; it is added, after the weight γ multiplies.",
     "weight added": "the weight is added; it multiplies, before the bias β is added.",
@@ -61,17 +52,12 @@ _LN_WHY = {
 }
 
 
-def _layer_norm(flaw=""):
-    """:func:`_norm` as the checker calls one: (x, γ, β, ε, the upstream gradient) -> (output,
-    and the gradients of x, γ and β)."""
-
-    def run(x, w, b, eps, up):
-        x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
-        with torch.enable_grad():
-            y = _norm(x, w, b, eps, flaw)
-            return (y.detach(), *torch.autograd.grad(y, (x, w, b), up, allow_unused=True))
-
-    return run
+def _layer_norm(x, w, b, eps, up, flaw=""):
+    """:func:`_norm`'s output, and the gradients of x, γ and β it sends back for ``up``."""
+    x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
+    with torch.enable_grad():
+        y = _norm(x, w, b, eps, flaw)
+        return (y.detach(), *torch.autograd.grad(y, (x, w, b), up, allow_unused=True))
 
 
 def _ln_cases():
@@ -141,14 +127,11 @@ def _call_layer_norm(candidate, case: Case, table: Table):
 
 _GRADS = ("input", "weight", "bias")
 _FIXED_AXIS = "a fixed axis number that only 3-D input has: the features are the last axis."
-_DETACHED = (
-    "the values are right but not their gradient: part of the computation is cut off from "
-    "autograd (a detach, .data or .item() on the way)."
-)
+_DETACHED = "the values are right, not their gradient: cut off from autograd (a detach, .data)?"
 LAYER_NORM = Table(
     cases=_ln_cases,
-    reference=_layer_norm(),
-    mistakes=families.mistakes(_layer_norm, {**families.NORM, **_LN_WHY}, **_LN_WHY),
+    reference=_layer_norm,
+    mistakes=families.flawed(_layer_norm, {**families.NORM, **_LN_WHY}, **_LN_WHY),
     call=_call_layer_norm,
     outputs=[
         Out(
@@ -170,6 +153,11 @@ check_layer_norm = exercise(
     reference=layernorm.LayerNorm,
     todo="Replace `raise NotImplementedError` in your LayerNorm: the statistics, then the affine.",
     points=2,
-    own_work=LAYER_NORM_ROUTINES,
+    own_work={  # what the exercise asks the learner to write themselves
+        "torch's layer_norm (torch.nn.functional)": F.layer_norm,
+        "torch's layer_norm": torch.layer_norm,
+        "torch's nn.LayerNorm": nn.LayerNorm,
+        "the course's LayerNorm (mha_course)": layernorm.LayerNorm,
+    },
     table=LAYER_NORM,
 )

@@ -14,11 +14,6 @@ from ._core import exercise
 from ._failure import ExerciseFailure
 from ._table import Case, Out, Table
 
-POSITIONAL_ROUTINES = {  # what the exercise asks the learner to write themselves
-    "the course's positional_encoding (mha_course)": positional.positional_encoding,
-    "the course's PositionalEncoding (mha_course)": positional.PositionalEncoding,
-}
-
 
 def _sinusoids(max_len, d_model, flaw="", base=10000.0):
     """The table in float64, or with a flaw of :data:`_PE_WHY`."""
@@ -40,16 +35,13 @@ _PE_WHY = {
     "transposed": "your table is transposed: rows are positions, columns features.",
     "sin and cos swapped": "sin and cos are swapped: sines in the even columns, cosines in the "
     f"odd ones; {_ZERO_ROW}.",
-    "halves": "all the sines are in the first half and all the cosines in the second; they "
-    "alternate column by column, sin in the even columns.",
+    "halves": "all the sines are in the first half, the cosines in the second; they alternate.",
     "positions from 1": f"the positions start at 1; they start at 0, so {_ZERO_ROW}.",
     "exponent i/d_model": "the exponent is i/d_model; it is 2i/d_model, 2i the pair's even column.",
-    "exponent 4i/d_model": "the 2 is counted twice: the even column indices already are 2i, so "
-    "the exponent is 2i/d_model.",
+    "exponent 4i/d_model": "the 2 is counted twice: the even columns' indices already are 2i.",
     "exponent j/d_model": "each column got its own frequency; columns 2i and 2i+1 share one, "
     "1/10000^(2i/d_model), for the sine and the cosine.",
-    "exponent 2j/d_model": "the exponent takes the column index for i; i counts pairs of "
-    "columns: columns 2i and 2i+1 both use 10000^(2i/d_model).",
+    "exponent 2j/d_model": "the exponent takes the column index for i; i counts pairs of columns.",
     "multiplied": "the position is multiplied by 10000^(2i/d_model); it is divided by it.",
     "base 1000": "the base is 1000; it is 10000 (ten thousand).",
 }
@@ -105,6 +97,9 @@ check_positional_encoding = exercise(
     "03",
     reference=positional.positional_encoding,
     todo="Replace `raise NotImplementedError` with the table of sines and cosines.",
-    own_work=POSITIONAL_ROUTINES,
+    own_work={  # what the exercise asks the learner to write themselves
+        "the course's positional_encoding (mha_course)": positional.positional_encoding,
+        "the course's PositionalEncoding (mha_course)": positional.PositionalEncoding,
+    },
     table=POSITIONAL_ENCODING,
 )

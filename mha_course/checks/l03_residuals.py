@@ -1,6 +1,5 @@
-"""Lesson 03's residual paths: a sub-layer wrapped with its residual, dropout and LayerNorm
-(ResidualBlock, post-LN or pre-LN from one flag), and the gradient that reaches each block of a
-deep stack (gradient_norms)."""
+"""Lesson 03's residual paths: a sub-layer with its residual, dropout and LayerNorm, post-LN or
+pre-LN (ResidualBlock), and the gradient reaching each block of a deep stack (gradient_norms)."""
 
 from __future__ import annotations
 
@@ -19,8 +18,6 @@ from ._core import call_candidate, exercise
 from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, build_module, copy_weight_and_bias, seeded_randn
 
-# ---------------------------------------------------------------- ResidualBlock
-
 
 class ResidualBlock(nn.Module):
     """The reference: ``sublayer`` with its residual connection, dropout and LayerNorm, as in
@@ -35,18 +32,6 @@ class ResidualBlock(nn.Module):
     def forward(self, x):
         sublayer = lambda t: self.dropout(self.sublayer(t))  # noqa: E731
         return families.residual(x, sublayer, self.norm, self.norm_first)
-
-
-class _Probe(nn.Module):
-    """A sub-layer or norm (a module or a function) that keeps the inputs it is called with."""
-
-    def __init__(self, fn=None):
-        super().__init__()
-        self.fn, self.inputs = fn, []
-
-    def forward(self, t):
-        self.inputs.append(t)
-        return self.fn(t)
 
 
 _POST, _PRE = "LayerNorm(x + Sublayer(x))", "x + Sublayer(LayerNorm(x))"
@@ -71,10 +56,8 @@ _DROPOUT_WHY = {name: f"{name}: {_PLACE}." for name in _DROPOUT} | {
 def _block(x, f, n, norm_first, p, training, seed, flaw=""):
     """The block, its dropout seeded by ``seed``; ``flaw``: of families.RESIDUAL or _DROPOUT."""
 
-    def drop(t):
-        rate = 0.0 if flaw == "no dropout" else p
-        return F.dropout(t, rate, training or flaw == "dropout in eval mode")
-
+    on = training or flaw == "dropout in eval mode"
+    drop = functools.partial(F.dropout, p=0.0 if flaw == "no dropout" else p, training=on)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if flaw in _DROPOUT:
@@ -96,7 +79,7 @@ def _block_mistakes(case: Case):
 
 
 def _block_cases():
-    """Float32, random weights (the norm's too: a norm run twice shows), modules through a probe."""
+    """Float32 modules with random weights (the norm's too, so that a norm run twice shows)."""
     randn, seeds = seeded_randn(31), iter(range(40, 50))
     with torch.random.fork_rng(devices=[]):  # leave the learner's random stream alone
         torch.manual_seed(31)
@@ -109,8 +92,7 @@ def _block_cases():
             norm.weight.copy_(1 + 0.3 * randn(d))
             norm.bias.copy_(0.3 * randn(d))
         args = (x, f, norm, options.get("norm_first", False), options.get("dropout", 0.0))
-        extra = {"options": options, "norm": _Probe()}
-        extra["sublayer"] = _Probe(f) if isinstance(f, nn.Module) else f
+        extra = {"options": options, "seen": {"norm": [], "sub-layer": []}}  # what they are given
         return {"args": (*args, training, next(seeds)), "extra": extra}
 
     fields = data(1 + 2 * randn(2, 5, 8), linear8)
@@ -131,10 +113,7 @@ def _require_norm(block: nn.Module, case: str, given, expected: nn.LayerNorm) ->
     """``block.norm`` is a LayerNorm over d_model, and every part's parameters are the block's."""
     norm, d = getattr(block, "norm", None), expected.normalized_shape[0]
     if not isinstance(norm, nn.Module):
-        raise ExerciseFailure(
-            f"Case {case!r}: your ResidualBlock has no module attribute `norm`; the skeleton "
-            "names its LayerNorm self.norm."
-        )
+        raise ExerciseFailure(f"Case {case!r}: your ResidualBlock has no module attribute `norm`.")
     made = f"a LayerNorm over d_model = {d} features"
     copy_weight_and_bias(norm, expected.weight, expected.bias, case, "self.norm", made)
     registered = {id(p) for p in block.parameters()}
@@ -156,30 +135,37 @@ def _require_norm(block: nn.Module, case: str, given, expected: nn.LayerNorm) ->
 
 
 def _call_block(candidate, case: Case, table: Table):
+    """The learner's block on the case, the inputs its norm and a module sub-layer get recorded."""
     x, f, n, norm_first, p, training, seed = case.args
-    given, probe = case.extra["sublayer"], case.extra["norm"]
-    block = build_module(candidate, case, (given, x.size(-1)), **case.extra["options"])
-    _require_norm(block, case.name, given, n)
-    probe.fn, block.norm = block.norm, probe
+    block = build_module(candidate, case, (f, x.size(-1)), **case.extra["options"])
+    _require_norm(block, case.name, f, n)
     block.train(training)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return call_candidate(block, case.name, x.clone(), crash_hint=_ONE_TENSOR)
+    seen, hooks = case.extra["seen"], []
+    for name, part in (("norm", block.norm), ("sub-layer", f)):
+        if isinstance(part, nn.Module):  # record the positional arguments of each call
+            hooks.append(part.register_forward_pre_hook(lambda _, a, k=name: seen[k].append(a)))
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return call_candidate(block, case.name, x.clone(), crash_hint=_ONE_TENSOR)
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 _ONE_TENSOR = "the sub-layer takes one tensor and gives one of the same shape; so does the norm."
 
 
 def _calls_hint(got, case: Case) -> str:
-    """What the probes saw, when the values matched no classic mistake."""
-    x, norm_first = case.args[0], case.args[3]
-    right, sub, norm = _PRE if norm_first else _POST, case.extra["sublayer"], case.extra["norm"]
-    for name, probe in (("norm", norm), ("sub-layer", sub)):
-        if isinstance(probe, _Probe) and len(probe.inputs) != 1:
-            return f"the {name} ran {len(probe.inputs)} times; it runs once: {right}."
-    if not norm_first and isinstance(sub, _Probe) and not torch.equal(sub.inputs[0], x):
+    """What the norm and the sub-layer were given, when the values matched no classic mistake."""
+    x, module, norm_first = case.args[0], isinstance(case.args[1], nn.Module), case.args[3]
+    right, seen = _PRE if norm_first else _POST, case.extra["seen"]
+    for name, inputs in seen.items():
+        if len(inputs) != 1 and (module or name == "norm"):
+            return f"the {name} ran {len(inputs)} times; it runs once: {right}."
+    if not norm_first and module and not torch.equal(seen["sub-layer"][0][0], x):
         return f"with {_FLAG[False]} the sub-layer reads x itself: {right}."
-    if norm_first and not torch.equal(norm.inputs[0], x):
+    if norm_first and not torch.equal(seen["norm"][0][0], x):
         return f"with {_FLAG[True]} the norm reads x itself, the sub-layer its output: {right}."
     return f"compare your forward with the formula for {_FLAG[norm_first]}: {right}."
 
@@ -206,9 +192,8 @@ check_residual_block = exercise(
 
 
 def gradient_norms(blocks, x, target, *, flaw=""):
-    """The reference: for F.mse_loss(the last block's output, target), the norm of the gradient
-    at each block's input, a list of len(blocks) floats (item 0 at x itself); or with ``flaw``, a
-    classic mistake of :data:`_NORMS_WHY`."""
+    """The reference: for F.mse_loss(the last block's output, target), the norm of the gradient at
+    each block's input, a list of len(blocks) floats; ``flaw``: a mistake of :data:`_NORMS_WHY`."""
     hidden, inputs, outputs = x.detach().requires_grad_(), [], []
     with torch.enable_grad():
         for block in blocks:
@@ -234,13 +219,10 @@ _NORMS_WHY = {
     "at the outputs": "you measured the gradient at each block's output; the list starts at x "
     "itself, the first block's input, and ends at the last block's input.",
     "reversed": "your list is in reverse order: item i belongs to blocks[i], item 0 to x.",
-    "summed loss": "your loss is the sum of the squared errors; the exercise's is their mean "
-    "(F.mse_loss's default): your gradients are larger by the number of elements.",
+    "summed loss": "your loss is the sum of the squared errors; the exercise's is their mean.",
     "squared norm": "you gave the squared norm (the sum of squares); the norm is its square root.",
-    "mean of |g|": "you gave the mean absolute value of each gradient; the exercise "
-    "asks for its norm, the root of the sum of squares over the whole tensor.",
-    "parameter gradients": "these are the gradients of each block's parameters (its weights); "
-    "the exercise asks for the gradient at each block's input, the activations that flow in.",
+    "mean of |g|": "you gave the mean absolute value of each gradient, not its norm.",
+    "parameter gradients": "these are the gradients of each block's parameters, not at its input.",
 }
 _COPY_OF_X = "start from a copy of x that requires grad (detached from the caller's x)"
 _CRASHES = {  # a text of the learner's error: what it means here (the first found wins)
@@ -250,19 +232,15 @@ _CRASHES = {  # a text of the learner's error: what it means here (the first fou
     f"before the first block: {_COPY_OF_X}.",
     "does not require grad": f"the tensors you differentiate must require grad: {_COPY_OF_X}.",
     "object has no attribute 'parameters'": "a block may be a plain function, with no "
-    "parameters. The exercise measures the gradient at each block's input, not at its weights.",
+    "parameters: the gradients are at each block's input, not at its weights.",
     "backward through the graph a second time": "backward() ran twice over the same graph: run "
     "the stack once, then one backward pass for the one loss.",
 }
 
 
-class _Residual(nn.Module):
-    def __init__(self, linear):
-        super().__init__()
-        self.linear = linear
-
-    def forward(self, h):
-        return h + torch.tanh(self.linear(h))
+class _Residual(nn.Linear):
+    def forward(self, h):  # h + tanh(Linear(h))
+        return h + torch.tanh(super().forward(h))
 
 
 def _grad_cases():
@@ -270,7 +248,7 @@ def _grad_cases():
     with torch.random.fork_rng(devices=[]):  # leave the learner's random stream alone
         torch.manual_seed(33)
         tanh_blocks = [nn.Sequential(nn.Linear(4, 4), nn.Tanh()) for _ in range(3)]
-        residuals = [_Residual(nn.Linear(8, 8, dtype=torch.float64)) for _ in range(5)]
+        residuals = [_Residual(8, 8, dtype=torch.float64) for _ in range(5)]
     args = ([lambda h: 2 * h, lambda h: 3 * h], torch.ones(1, 1, 1), torch.zeros(1, 1, 1))
     yield Case("the worked example: blocks [×2, ×3] (functions), x = [[[1.]]], target 0", args)
     args = (tanh_blocks, randn(2, 3, 4), randn(2, 3, 4))

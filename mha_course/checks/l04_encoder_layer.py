@@ -1,7 +1,5 @@
-"""Lesson 04's encoder layer, post-LN (the default) or pre-LN (``norm_first``), given the weights
-of a torch.nn.TransformerEncoderLayer and held to it; its masks (True = may attend) turned round
-for torch. A layer whose signature takes no ``norm_first`` (the older skeleton) is checked post-LN
-only."""
+"""Lesson 04's encoder layer, post-LN or pre-LN (``norm_first``), given the weights of a
+torch.nn.TransformerEncoderLayer and held to it, its masks (True = may attend) turned round."""
 
 from __future__ import annotations
 
@@ -20,10 +18,9 @@ from ._table import Case, Out, Table, build_module, copy_weight_and_bias, run, s
 
 
 class EncoderLayer(nn.Module):
-    """The reference: lesson 04's layer, ReLU, batch first, post-LN by default and pre-LN with
-    ``norm_first``; ``forward(x, attn_mask=None)`` hands the mask (True = may attend) to
-    ``self_attn``. ``mha_class``, ``norm_class`` and ``activation`` (keyword-only, not in the
-    skeleton) build it from other parts: the learner's MultiHeadAttention and LayerNorm, GELU."""
+    """The reference: lesson 04's layer (ReLU, batch first), post-LN, or pre-LN with ``norm_first``;
+    its mask (True = may attend) goes to ``self_attn``. ``mha_class``, ``norm_class`` and
+    ``activation`` (keyword-only) build it of other parts: the learner's MHA, LayerNorm, GELU."""
 
     def __init__(
         self,
@@ -55,11 +52,6 @@ class EncoderLayer(nn.Module):
         return families.residual(x, ffn, self.norm2, self.norm_first)  # Step 3
 
 
-ENCODER_ROUTINES = {  # what the exercise asks the learner to write themselves
-    "torch's nn.TransformerEncoderLayer": nn.TransformerEncoderLayer,
-    "the course's EncoderLayer (mha_course)": encoder.EncoderLayer,
-}
-
 _POST = "norm1(x + MultiHead(x)) gives z, and the layer's output is norm2(z + FFN(z))"
 _PRE = "y is x + MultiHead(norm1(x)), and the layer's output is y + FFN(norm2(y))"
 _WHERE = {
@@ -74,15 +66,11 @@ _SWAPPED = {  # the whole layer in the other form: the flag read the wrong way r
     f"norm_first and, when it is True, normalises first: {_PRE}.",
 }
 _QUERIES_ONLY = "queries normalised, keys and values not"
-_QUERIES_WHY = (
-    "only the queries are normalised: self-attention reads one input three times, so norm1(x) "
-    "goes in as the query, the key and the value alike."
-)
+_QUERIES_WHY = "only the queries are normalised: norm1(x) is the query, the key and the value."
 
 
 def _forms(norm_first: bool) -> dict:
-    """name: (the attention sub-layer's flaw, the FFN sub-layer's, explanation), for each flaw of
-    families.RESIDUAL a layer of this form can have, in either sub-layer or in both."""
+    """name: (the attention's flaw, the FFN's, why), for the families.RESIDUAL flaws of the form."""
     flaws = families.PRE_LN if norm_first else families.POST_LN
     forms = {
         f"{flaw}, {where}": (flaw if a else "", flaw if b else "", f"{where}, {why}")
@@ -121,16 +109,14 @@ _FFN = {  # flaw: (linear1, linear2, z) -> FFN(z) with it
 
 
 def _layer(x, mask, t: nn.TransformerEncoderLayer, flaw: str = ""):
-    """torch's layer ``t`` put together from its parts as the exercise's answer is (post-LN, or
-    pre-LN with ``t.norm_first``), with ``flaw`` switched on."""
+    """torch's layer ``t`` put together from its parts as the answer is, ``flaw`` switched on."""
     first, second, _ = _forms(t.norm_first).get(flaw, ("", "", ""))
     norm1, norm2 = (getattr(t, f"norm{i}") for i in _NORMS.get(flaw, (1, 2)))
 
     def attend(y):  # torch's attention module on (y, kv, kv), its flaw switched on
         mha, kv = t.self_attn, x if flaw == _QUERIES_ONLY else y
-        projected = zip((y, kv, kv), mha.in_proj_weight.chunk(3), mha.in_proj_bias.chunk(3))
-        H = mha.num_heads
-        q, k, v = (families.split_heads(F.linear(h, w, b), H, flaw) for h, w, b in projected)
+        qkv = zip((y, kv, kv), mha.in_proj_weight.chunk(3), mha.in_proj_bias.chunk(3))
+        q, k, v = (families.split_heads(F.linear(h, w, b), mha.num_heads, flaw) for h, w, b in qkv)
         heads, _ = families.attention(q, k, v, mask, flaw, d_model=mha.embed_dim)
         return mha.out_proj(families.merge_heads(heads, flaw))
 
@@ -145,11 +131,9 @@ def _layer(x, mask, t: nn.TransformerEncoderLayer, flaw: str = ""):
 
 def _torch_layer_output(x, mask, t: nn.TransformerEncoderLayer):
     """torch's layer on x, the exercise's mask (True = may attend) in torch's convention."""
-    if mask is None:
-        return t(x)
-    if mask.dim() == 4:  # (B, 1, 1, S): padding, torch's key padding mask (B, S)
+    if mask is not None and mask.dim() == 4:  # (B, 1, 1, S): padding, torch's key padding mask
         return t(x, src_key_padding_mask=masks.other_convention(mask.flatten(1)))
-    return t(x, src_mask=masks.other_convention(mask))
+    return t(x, src_mask=None if mask is None else masks.other_convention(mask))
 
 
 _SAME_SHAPE = "the layer keeps the shape of its input, (B, L, d_model)."
@@ -166,9 +150,8 @@ def _layer_cases():
     padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2]).view(2, 1, 1, 6)
 
     def data(shape, heads, d_ff, mask=None, dropout=0.0, norm_first=False):  # a Case's fields
-        # torch's ReLU layer, float64, every parameter random (the norms' and the biases too, so
-        # that swapping norm1 and norm2 or dropping a bias shows); in train mode with dropout 0:
-        # torch's plain path, no fused fast path
+        # torch's layer, float64, every parameter random (so that swapping the norms or dropping a
+        # bias shows), in train mode with dropout 0: torch's plain path, no fused fast path
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(next(seeds))
             t = nn.TransformerEncoderLayer(
@@ -256,10 +239,7 @@ def _call_layer(candidate, case: Case, table: Table):
     return got
 
 
-_CRASH = (
-    "a shape mix-up: self_attn gives a pair (output, weights), linear1 goes from d_model to "
-    "dim_feedforward features and linear2 back."
-)
+_CRASH = "a shape mix-up: self_attn gives a pair; linear1 goes from d_model to d_ff, linear2 back."
 
 
 def _fallback(got, case: Case) -> str:
@@ -289,7 +269,10 @@ ENCODER_LAYER = Table(
     reference=EncoderLayer,
     todo="Replace `raise NotImplementedError` in your EncoderLayer: its parts, then its forward.",
     points=3,
-    own_work=ENCODER_ROUTINES,
+    own_work={  # what the exercise asks the learner to write themselves
+        "torch's nn.TransformerEncoderLayer": nn.TransformerEncoderLayer,
+        "the course's EncoderLayer (mha_course)": encoder.EncoderLayer,
+    },
 )
 def check_encoder_layer(candidate) -> int:
     """Check ``candidate(d_model, nhead, dim_feedforward, dropout=0.0, norm_first=False)`` against
@@ -299,8 +282,7 @@ def check_encoder_layer(candidate) -> int:
         parameters = inspect.signature(candidate).parameters.values()
     except (TypeError, ValueError):  # no signature to read: check post-LN only
         parameters = ()
-    kinds = (p.name == "norm_first" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-    pre_ln = any(kinds)
+    pre_ln = any(p.name == "norm_first" or p.kind is p.VAR_KEYWORD for p in parameters)
     cases = lambda: (c for c in _layer_cases() if pre_ln or not c.args[2].norm_first)  # noqa: E731
     return run(candidate, dataclasses.replace(ENCODER_LAYER, cases=cases), "EncoderLayer")
 

@@ -1,6 +1,5 @@
-"""Lesson 04's model, token ids in and a score per vocabulary token out (EncoderModel: its layers
-made to differ, held to its own parts put together rightly), and one step of training it
-(train_step: run with plain SGD once, twice in a row, and with a max_norm that clips)."""
+"""Lesson 04's model, token ids in and a score per vocabulary token out (EncoderModel, held to its
+own parts put together rightly), and one step of training it with plain SGD (train_step)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,6 @@ from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, build_module, call_diagnosed
 from .l04_encoder_layer import EncoderLayer
 
-# ---------------------------------------------------------------- EncoderModel
-
 
 class EncoderModel(nn.Module):
     """The reference: tokens (B, L) and padding (B, L, True at the pads) -> scores (B, L,
@@ -47,9 +44,8 @@ class EncoderModel(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
         self.register_buffer("pe", positional_encoding(max_len, d_model))  # fixed, not trained
-        self.layers = nn.ModuleList(
-            layer_class(d_model, nhead, dim_feedforward) for _ in range(num_layers)
-        )
+        layers = (layer_class(d_model, nhead, dim_feedforward) for _ in range(num_layers))
+        self.layers = nn.ModuleList(layers)
         self.readout = nn.Linear(d_model, vocab_size)
 
     def forward(self, tokens, padding):
@@ -57,11 +53,8 @@ class EncoderModel(nn.Module):
 
 
 def _model(tokens, padding, model, flaw: str = ""):
-    """``model``'s embed, pe, layers and readout on a batch: Step 1, every layer in turn with the
-    mask (True where a query may attend), the read-out; or with ``flaw`` (of :data:`_MODEL_WHY`)."""
-    x = model.embed(tokens)
-    if flaw == "embeddings scaled":
-        x = x * model.embed.embedding_dim**0.5
+    """``model``'s embed, pe, layers and readout on a batch; ``flaw``: of :data:`_MODEL_WHY`."""
+    x = model.embed(tokens) * (model.embed.embedding_dim**0.5 if flaw == "embeddings scaled" else 1)
     if flaw != "no positional encoding":
         x = x + model.pe[: tokens.size(1)]  # Step 1
     may_attend = rearrange(~padding, "b s -> b 1 1 s")  # the same for every head and query
@@ -87,8 +80,7 @@ _MODEL_WHY = {
     f"pads, but the layers' mask is {_MASK}, the opposite.",
     "mask (B, L)": "the mask is (B, L): it lines up with the scores' (L, S), not (B, S); it needs "
     "axes for the heads and the queries, (B, 1, 1, L).",
-    "mask on the queries": "your mask (B, 1, L, 1) masks queries, not keys: real tokens still "
-    "read the pads. Padding is a property of the keys: (B, 1, 1, L).",
+    "mask on the queries": "your mask (B, 1, L, 1) masks queries, not keys: the pads are keys.",
     "no mask": f"the layers get no mask, so every token attends to the padding too: {_MASK}.",
     "mask to the first layer": "only the first layer gets the mask; every layer needs it.",
     "every layer on Step 1": "every layer reads Step 1's output, so only the last one counts (is "
@@ -120,8 +112,20 @@ def _model_cases():
     yield Case("4 layers, d_model 12, 3 heads; tokens (3, 4), shorter than max_len 9", **fields)
 
 
-def _require_parts(model: nn.Module, case: str, vocab_size: int, d_model: int, **_) -> list:
-    """``model.embed`` and ``model.readout``: an nn.Embedding and an nn.Linear of the right size."""
+def _require_parts(model, case: str, table, vocab_size: int, d_model: int, **_) -> list:
+    """``model``'s embed and readout, of the right sizes; its PE ``table`` a buffer."""
+    loose = [name for name, value in vars(model).items() if isinstance(value, torch.Tensor)]
+    if loose:
+        raise ExerciseFailure(
+            f"Case {case!r}: self.{loose[0]} is a plain tensor attribute: moving the model to a "
+            "device would leave it behind. Register the PE table as a buffer."
+        )
+    for name, p in model.named_parameters():
+        if p.shape == table.shape and torch.allclose(p.detach().float(), table, atol=1e-5):
+            raise ExerciseFailure(
+                f"Case {case!r}: the PE table is a parameter (`{name}`), so training would change "
+                "it. Step 1's encoding is fixed: register it as a buffer."
+            )
     found = []
     for name, kind, n_in, n_out, expected in (
         ("embed", nn.Embedding, "num_embeddings", "embedding_dim", (vocab_size, d_model)),
@@ -130,9 +134,7 @@ def _require_parts(model: nn.Module, case: str, vocab_size: int, d_model: int, *
         part = getattr(model, name, None)
         if not isinstance(part, kind):
             got = "no attribute" if part is None else f"a {type(part).__name__} as"
-            problem = (
-                f"your EncoderModel has {got} `{name}`; __init__ creates an nn.{kind.__name__}"
-            )
+            problem = f"your EncoderModel has {got} `{name}`; __init__ makes an nn.{kind.__name__}"
         elif (getattr(part, n_in), getattr(part, n_out)) != expected:
             problem = (
                 f"self.{name} maps {getattr(part, n_in)} -> {getattr(part, n_out)}, expected "
@@ -182,29 +184,11 @@ def _layers(model: nn.Module, num_layers: int, case: str) -> list[nn.Module]:
 _LAYERS = "an nn.ModuleList of num_layers encoder layers, each with weights of its own"
 
 
-def _require_fixed_table(model: nn.Module, case: str, table: torch.Tensor) -> None:
-    """The PE table is a buffer: not trained, and moved with the model."""
-    loose = [name for name, value in vars(model).items() if isinstance(value, torch.Tensor)]
-    if loose:
-        raise ExerciseFailure(
-            f"Case {case!r}: self.{loose[0]} is a plain tensor attribute: moving the model to a "
-            "device would leave it behind. Register the PE table as a buffer."
-        )
-    for name, p in model.named_parameters():
-        if p.shape == table.shape and torch.allclose(p.detach().float(), table, atol=1e-5):
-            raise ExerciseFailure(
-                f"Case {case!r}: the PE table is a parameter (`{name}`), so training would change "
-                "it. Step 1's encoding is fixed: register it as a buffer."
-            )
-
-
 def _call_model(candidate, case: Case, table: Table):
-    tokens, padding, parts = case.args
-    sizes = case.extra["sizes"]
+    (tokens, padding, parts), sizes = case.args, case.extra["sizes"]
     model = build_module(candidate, case, (), **sizes).eval()
-    parts.embed, parts.readout = _require_parts(model, case.name, **sizes)
+    parts.embed, parts.readout = _require_parts(model, case.name, parts.pe, **sizes)
     parts.layers = _layers(model, sizes["num_layers"], case.name)
-    _require_fixed_table(model, case.name, parts.pe)
     g = torch.Generator().manual_seed(case.extra["seed"])
     with torch.no_grad():  # each layer's weights its own way, so that which layer ran where shows
         for p in itertools.chain.from_iterable(layer.parameters() for layer in parts.layers):
@@ -248,10 +232,9 @@ check_encoder_model = exercise(
 
 
 def train_step(model, optimizer, tokens, targets, padding, max_norm=1.0, *, flaw=""):
-    """The reference: one step of training ``model(tokens, padding) -> scores (B, L, V)``: the
-    mean cross-entropy over the real positions, gradients clipped to a total norm of
-    ``max_norm``, one update; returns the loss, detached. (``flaw``: a classic mistake of
-    :data:`_STEP_WHY` switched on.)"""
+    """The reference: one step of training ``model(tokens, padding) -> scores (B, L, V)``: the mean
+    cross-entropy over the real positions, gradients clipped to a total norm of ``max_norm``, one
+    update; returns the loss, detached. ``flaw``: a classic mistake of :data:`_STEP_WHY`."""
     scores = model(tokens, padding)
     flat, wanted = rearrange(scores, "b l v -> (b l) v"), targets.flatten()
     real, kept = ~padding.flatten(), targets.masked_fill(padding, -100).flatten()  # -100: ignored
@@ -281,8 +264,7 @@ def train_step(model, optimizer, tokens, targets, padding, max_norm=1.0, *, flaw
 
 _STEP = "a step: the scores, the loss on the real tokens, zero_grad, backward, clipping, step."
 _STEP_WHY = {
-    "padding counted": "the loss counts the padding positions too: their targets are not real. "
-    "Only the positions where padding is False count (cross-entropy ignores a target of −100).",
+    "padding counted": "the loss counts the padding positions too: only the real tokens count.",
     "mean over all": "the pads are left out of the sum, but you divided by all B·L positions.",
     "sum": "the loss is summed; it is the mean over the real positions.",
     "softmax first": "you applied softmax before F.cross_entropy; it takes the raw scores.",
@@ -316,8 +298,7 @@ class _Tagger(nn.Module):
 
 
 def _train(model, tokens, targets, padding, steps, max_norm, *, flaw="", learner=None, case=None):
-    """``steps`` steps with plain SGD on a copy of ``model``, of the reference (with ``flaw``) or
-    of the ``learner``'s step: (the losses, the weights after)."""
+    """(losses, weights after) of ``steps`` SGD steps of train_step, or the ``learner``'s."""
     model = copy.deepcopy(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     options = {} if max_norm is None else {"max_norm": max_norm}
@@ -334,9 +315,7 @@ def _train(model, tokens, targets, padding, steps, max_norm, *, flaw="", learner
     return torch.tensor(losses, dtype=torch.float64), weights.double()
 
 
-_AXIS = (
-    "F.cross_entropy wants classes on axis 1: (N, V) with (N,) targets or (B, V, L) with (B, L)."
-)
+_AXIS = "F.cross_entropy wants classes on axis 1: (N, V) with (N,) targets, (B, V, L) with (B, L)."
 
 
 def _as_number(loss, case: str) -> float:
