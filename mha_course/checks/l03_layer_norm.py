@@ -14,54 +14,37 @@ from ._core import call_candidate, exercise
 from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, build_module, seeded_randn
 
-LAYER_NORM_ROUTINES = {  # what the exercise asks the learner to write themselves
-    "torch's layer_norm (torch.nn.functional)": F.layer_norm,
-    "torch's layer_norm": torch.layer_norm,
-    "torch's nn.LayerNorm": nn.LayerNorm,
-    "the course's LayerNorm (mha_course)": layernorm.LayerNorm,
-}
+
+def _norm(x, w, b, eps, flaw=""):
+    """torch's LayerNorm, or with a flaw of families.NORM or :data:`_LN_WHY`."""
+    if not flaw:
+        return F.layer_norm(x, x.shape[-1:], w, b, eps)
+    if flaw in families.NORM:
+        return families.layer_norm(x, w, b, eps, flaw)
+    dims = {"over the tokens": (-2,), "over everything": tuple(range(x.dim()))}.get(flaw, (-1,))
+    var, mean = torch.var_mean(x, dims, keepdim=True, correction=0)
+    std = x.std(-1, keepdim=True) + eps if flaw == "std + eps" else (var + eps).sqrt()
+    divisor = {"not divided": 1.0, "divided by the variance": var + eps}.get(flaw, std)
+    n = (x if flaw == "no mean subtraction" else x - mean) / divisor
+    affine = {"weight and bias swapped": n * b + w, "bias multiplied": n * w * b}
+    affine |= {"weight added": n + w + b, "bias missing": n * w, "weight missing": n + b}
+    return affine.get(flaw, n * w + b)
 
 
-def _normed(x, eps, dims=(-1,), centre=True, divisor=lambda var, eps: (var + eps).sqrt()):
-    """The normalisation over ``dims`` (without γ and β), a step of it changed."""
-    mean = x.mean(dims, keepdim=True)
-    return (x - mean if centre else x) / divisor(x.var(dims, keepdim=True, unbiased=False), eps)
-
-
-_NORMALISED = {  # flaw: (x, ε) -> the normalised x with it
-    "over the tokens": lambda x, eps: _normed(x, eps, (-2,)),
-    "over everything": lambda x, eps: _normed(x, eps, tuple(range(x.dim()))),
-    "std + eps": lambda x, eps: (x - x.mean(-1, True)) / (x.std(-1, keepdim=True) + eps),
-    "no mean subtraction": lambda x, eps: _normed(x, eps, centre=False),
-    "not divided": lambda x, eps: _normed(x, eps, divisor=lambda var, eps: 1.0),
-    "divided by the variance": lambda x, eps: _normed(x, eps, divisor=lambda var, eps: var + eps),
-}
-_AFFINE = {  # flaw: (normalised, γ, β) -> the result with it
-    "weight and bias swapped": lambda n, w, b: n * b + w,
-    "bias multiplied": lambda n, w, b: n * w * b,
-    "weight added": lambda n, w, b: n + w + b,
-    "bias missing": lambda n, w, b: n * w,
-    "weight missing": lambda n, w, b: n + b,
-}
 _OWN_FEATURES = "LayerNorm takes them over each token's own features, the last axis."
 _LN_WHY = {
     "normalised over the wrong axis": "the mean and variance are taken over the first axis (the "
     f"batch, as BatchNorm does); {_OWN_FEATURES}",
-    "unbiased variance": "the variance is the unbiased one, divided by n − 1 (what torch's var "
-    "and std give by default); LayerNorm's divides by n, the number of features.",
+    "unbiased variance": "the variance is the unbiased one, divided by n − 1; LayerNorm's by n.",
     "over the tokens": "the mean and variance are taken over the tokens (the sequence axis); "
     + _OWN_FEATURES,
-    "over everything": "one mean and one variance for the whole tensor; each token gets its own, "
-    "over its features (the last axis).",
+    "over everything": "one mean and one variance for the whole tensor; each token gets its own.",
     "std + eps": "the divisor is the standard deviation plus ε: torch's std is the unbiased one "
-    "(n − 1), and ε belongs inside the square root, added to the variance.",
+    "(n − 1), and ε goes inside the square root.",
     "no mean subtraction": "the mean is not subtracted before dividing by the standard deviation.",
-    "not divided": "the mean is subtracted, but nothing divides by the standard deviation, "
-    "√(σ² + ε).",
-    "divided by the variance": "the centred values are divided by the variance; LayerNorm "
-    "divides by the standard deviation, its square root √(σ² + ε).",
-    "weight and bias swapped": "the weight and the bias are swapped: the weight γ multiplies, the "
-    "bias β is added.",
+    "not divided": "the mean is subtracted, but nothing divides by the standard deviation.",
+    "divided by the variance": "the centred values are divided by the variance, not its root.",
+    "weight and bias swapped": "the weight and the bias are swapped: γ multiplies, β is added.",
     "bias multiplied": "the bias multiplies; it is added, after the weight γ multiplies.",
     "weight added": "the weight is added; it multiplies, before the bias β is added.",
     "bias missing": "the bias β is missing: it is added after the weight multiplies.",
@@ -69,52 +52,34 @@ _LN_WHY = {
 }
 
 
-def _layer_norm(flaw=""):
-    """torch's LayerNorm (or with a flaw of families.NORM, :data:`_NORMALISED`, :data:`_AFFINE`)
-    as the checker calls one: (output, and the gradients of x, γ and β for the upstream ``up``)."""
-
-    def run(x, w, b, eps):
-        if not flaw:
-            return F.layer_norm(x, x.shape[-1:], w, b, eps)
-        if flaw in families.NORM:
-            return families.layer_norm(x, w, b, eps, flaw)
-        normed = _NORMALISED.get(flaw, _normed)(x, eps)
-        return _AFFINE.get(flaw, lambda n, w, b: n * w + b)(normed, w, b)
-
-    def run_and_differentiate(x, w, b, eps, up):
-        x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
-        with torch.enable_grad():
-            y = run(x, w, b, eps)
-            return (y.detach(), *torch.autograd.grad(y, (x, w, b), up, allow_unused=True))
-
-    return run_and_differentiate
+def _layer_norm(x, w, b, eps, up, flaw=""):
+    """:func:`_norm`'s output, and the gradients of x, γ and β it sends back for ``up``."""
+    x, w, b = (t.detach().requires_grad_() for t in (x, w, b))
+    with torch.enable_grad():
+        y = _norm(x, w, b, eps, flaw)
+        return (y.detach(), *torch.autograd.grad(y, (x, w, b), up, allow_unused=True))
 
 
 def _ln_cases():
     randn = seeded_randn(3)
 
-    def args(x, eps=1e-5):  # (x, γ, β, ε, the upstream gradient)
-        return x, 1 + 0.5 * randn(x.size(-1)), randn(x.size(-1)), eps, randn(*x.shape)
+    def data(x, eps=1e-5, **extra):  # a Case's fields; args (x, γ, β, ε, the upstream gradient)
+        d = x.size(-1)
+        return {"args": (x, 1 + 0.5 * randn(d), randn(d), eps, randn(*x.shape)), "extra": extra}
 
     # a non-zero mean and a variance far from 1, so every step shows; a large eps first, so that
     # where eps goes (and which variance is used) shows from the first case on
-    yield Case(
-        "LayerNorm(8, eps=0.1) (eps large on purpose), fresh: weight 1, bias 0; then random ones "
-        "copied in, on a batch (2, 5, 8)",
-        args(1 + 0.3 * randn(2, 5, 8), 0.1),
-        extra={"fresh": True},
-    )
-    yield Case(
-        "LayerNorm(16), random weight and bias; a batch (3, 4, 16)", args(3 * randn(3, 4, 16))
-    )
-    yield Case(
-        "LayerNorm(8, eps=0.1), random weight and bias; (2, 3, 8)", args(randn(2, 3, 8), 0.1)
-    )
-    yield Case("LayerNorm(6) on 2-D input (4, 6): four tokens, no sequence axis", args(randn(4, 6)))
+    fresh = data(1 + 0.3 * randn(2, 5, 8), 0.1, fresh=True)
+    yield Case("LayerNorm(8, eps=0.1) fresh (weight 1, bias 0), then random; (2, 5, 8)", **fresh)
+    batch = data(3 * randn(3, 4, 16))
+    yield Case("LayerNorm(16), random weight and bias; a batch (3, 4, 16)", **batch)
+    small = data(randn(2, 3, 8), 0.1)
+    yield Case("LayerNorm(8, eps=0.1), random weight and bias; (2, 3, 8)", **small)
+    yield Case("LayerNorm(6) on 2-D input (4, 6): tokens, no sequence axis", **data(randn(4, 6)))
 
 
-def _require_parameters(module, case: str, size: int) -> None:
-    """weight and bias exist, are registered parameters of shape (size,)."""
+def _require_parameters(module, case: Case, size: int) -> None:
+    """weight and bias exist, are registered parameters of shape (size,), fresh ones 1 and 0."""
     registered = {id(p) for p in module.parameters()}
     for name, what in (("weight", "the weight γ, starting at 1"), ("bias", "the bias β, at 0")):
         p = getattr(module, name, None)
@@ -122,29 +87,26 @@ def _require_parameters(module, case: str, size: int) -> None:
             problem = f"your LayerNorm has no tensor attribute `{name}`: __init__ creates {what}"
         elif id(p) not in registered:
             problem = (
-                f"self.{name} is a plain tensor, not a registered parameter, so an optimiser never "
-                "learns it (and moving the module to a device leaves it behind): wrap it in "
-                "nn.Parameter"
+                f"self.{name} is a plain tensor, not a registered parameter: no optimiser learns "
+                "it, and moving the module to a device leaves it behind. Wrap it in nn.Parameter"
             )
         elif tuple(p.shape) != (size,):
             problem = f"self.{name} has shape {shape_str(p.shape)}, expected {shape_str((size,))}"
         else:
             continue
-        raise ExerciseFailure(f"Case {case!r}: {problem}; one learnable value per feature.")
+        raise ExerciseFailure(f"Case {case.name!r}: {problem}; one learnable value per feature.")
+    if case.extra.get("fresh") and not ((module.weight == 1).all() and (module.bias == 0).all()):
+        raise ExerciseFailure(
+            f"Case {case.name!r}: a fresh LayerNorm starts with its weight all ones and its bias "
+            "all zeros (no change after normalising), as torch's; yours starts otherwise."
+        )
 
 
 def _call_layer_norm(candidate, case: Case, table: Table):
     """Build the learner's LayerNorm, give it the case's γ and β, run it forward and backward."""
     x, w, b, eps, up = case.args
     module = build_module(candidate, case, (x.size(-1),), eps=eps)
-    _require_parameters(module, case.name, x.size(-1))
-    identity = bool((module.weight == 1).all() and (module.bias == 0).all())
-    if case.extra.get("fresh") and not identity:
-        raise ExerciseFailure(
-            f"Case {case.name!r}: a fresh LayerNorm starts as 'no change' after normalising: its "
-            "weight all ones and its bias all zeros, as torch.nn.LayerNorm; yours starts with "
-            "other values."
-        )
+    _require_parameters(module, case, x.size(-1))
     with torch.no_grad():
         module.weight.copy_(w)
         module.bias.copy_(b)
@@ -154,9 +116,9 @@ def _call_layer_norm(candidate, case: Case, table: Table):
         return y, None, None, None
     if not y.requires_grad:
         raise ExerciseFailure(
-            f"Case {case.name!r}: your output is cut off from autograd (it has no grad_fn), so "
-            "nothing before it could learn.\nLikely cause: a step in forward that leaves torch's "
-            "operations on x (a detach, .item(), NumPy, or torch.no_grad)."
+            f"Case {case.name!r}: your output is cut off from autograd (no grad_fn): nothing "
+            "before it could learn.\nLikely cause: a step in forward that leaves torch (a detach, "
+            ".item(), NumPy, or torch.no_grad)."
         )
     (y * up).sum().backward()
     params = (x, module.weight, module.bias)
@@ -165,24 +127,20 @@ def _call_layer_norm(candidate, case: Case, table: Table):
 
 _GRADS = ("input", "weight", "bias")
 _FIXED_AXIS = "a fixed axis number that only 3-D input has: the features are the last axis."
-_DETACHED = (
-    "the values are right but not their gradient: part of the computation is cut off from "
-    "autograd (a detach, .data or .item() on the way)."
-)
+_DETACHED = "the values are right, not their gradient: cut off from autograd (a detach, .data)?"
 LAYER_NORM = Table(
     cases=_ln_cases,
-    reference=_layer_norm(),
-    mistakes=families.mistakes(_layer_norm, [*families.NORM, *_NORMALISED, *_AFFINE], **_LN_WHY),
+    reference=_layer_norm,
+    mistakes=families.flawed(_layer_norm, {**families.NORM, **_LN_WHY}, **_LN_WHY),
     call=_call_layer_norm,
     outputs=[
         Out(
             "the outputs",
             0,
             shape_hint="LayerNorm keeps the input's shape: a mean or variance that loses its axis "
-            "broadcasts the wrong way; it keeps a last axis of length 1.",
-            fallback="more than one thing differs. Check each step on one token: the mean and the "
-            "biased variance over its features (the last axis), ε inside the square root, then "
-            "γ times the result plus β.",
+            "broadcasts the wrong way.",
+            fallback="more than one thing differs. Check each step on one token: the mean and "
+            "biased variance over its features, ε inside the root, then γ times it plus β.",
         ),
         *(Out(f"the {x} gradients", i, fallback=_DETACHED) for i, x in enumerate(_GRADS, 1)),
     ],
@@ -195,6 +153,11 @@ check_layer_norm = exercise(
     reference=layernorm.LayerNorm,
     todo="Replace `raise NotImplementedError` in your LayerNorm: the statistics, then the affine.",
     points=2,
-    own_work=LAYER_NORM_ROUTINES,
+    own_work={  # what the exercise asks the learner to write themselves
+        "torch's layer_norm (torch.nn.functional)": F.layer_norm,
+        "torch's layer_norm": torch.layer_norm,
+        "torch's nn.LayerNorm": nn.LayerNorm,
+        "the course's LayerNorm (mha_course)": layernorm.LayerNorm,
+    },
     table=LAYER_NORM,
 )

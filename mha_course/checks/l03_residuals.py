@@ -1,9 +1,9 @@
-"""Lesson 03's residual paths: a sub-layer wrapped with its residual, dropout and LayerNorm
-(ResidualBlock, post-LN or pre-LN from one flag), and the gradient that reaches each block of a
-deep stack (gradient_norms)."""
+"""Lesson 03's residual paths: a sub-layer with its residual, dropout and LayerNorm, post-LN or
+pre-LN (ResidualBlock), and the gradient reaching each block of a deep stack (gradient_norms)."""
 
 from __future__ import annotations
 
+import functools
 import numbers
 import warnings
 
@@ -17,8 +17,6 @@ from . import families
 from ._core import call_candidate, exercise
 from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, build_module, copy_weight_and_bias, seeded_randn
-
-# ---------------------------------------------------------------- ResidualBlock
 
 
 class ResidualBlock(nn.Module):
@@ -36,23 +34,9 @@ class ResidualBlock(nn.Module):
         return families.residual(x, sublayer, self.norm, self.norm_first)
 
 
-class _Probe(nn.Module):
-    """A sub-layer or norm (a module or a function) that keeps the inputs it is called with."""
-
-    def __init__(self, fn=None):
-        super().__init__()
-        self.fn, self.inputs = fn, []
-
-    def forward(self, t):
-        self.inputs.append(t)
-        return self.fn(t)
-
-
 _POST, _PRE = "LayerNorm(x + Sublayer(x))", "x + Sublayer(LayerNorm(x))"
-_PLACE = (
-    "dropout goes on the sub-layer's output, before the residual add (the paper's section 5.4; "
-    "torch's TransformerEncoderLayer does the same)"
-)
+_FLAG = {False: "norm_first False (post-LN)", True: "norm_first True (pre-LN)"}
+_PLACE = "dropout goes on the sub-layer's output, before the residual add (the paper's section 5.4)"
 _DROPOUT = {  # name: (x, f, n, dropout, norm_first) -> the block with the dropout there
     "dropout on the sum": lambda x, f, n, d, pre: d(x + f(n(x))) if pre else n(d(x + f(x))),
     "dropout after the norm": lambda x, f, n, d, pre: d(n(x + f(x))),
@@ -65,19 +49,15 @@ _DROPOUT_WHY = {name: f"{name}: {_PLACE}." for name in _DROPOUT} | {
     "no dropout": "no dropout in training: the block keeps a dropout with the probability given "
     f"to __init__; {_PLACE}.",
     "dropout in eval mode": "dropout is still on after .eval(): a functional dropout drops "
-    "whatever the mode unless it is told the module's training flag; an nn.Dropout module "
-    "stops by itself.",
+    "whatever the mode unless told the module's training flag; an nn.Dropout stops by itself.",
 }
 
 
 def _block(x, f, n, norm_first, p, training, seed, flaw=""):
-    """The block's output, its dropout drawing from ``seed`` (or with ``flaw``: one of
-    families.RESIDUAL, or a dropout of :data:`_DROPOUT_WHY`)."""
+    """The block, its dropout seeded by ``seed``; ``flaw``: of families.RESIDUAL or _DROPOUT."""
 
-    def drop(t):
-        rate = 0.0 if flaw == "no dropout" else p
-        return F.dropout(t, rate, training or flaw == "dropout in eval mode")
-
+    on = training or flaw == "dropout in eval mode"
+    drop = functools.partial(F.dropout, p=0.0 if flaw == "no dropout" else p, training=on)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if flaw in _DROPOUT:
@@ -86,86 +66,63 @@ def _block(x, f, n, norm_first, p, training, seed, flaw=""):
         return families.residual(x, lambda t: drop(f(t)), n, norm_first, form)
 
 
-def _flag(norm_first: bool) -> str:
-    return "norm_first True (pre-LN)" if norm_first else "norm_first False (post-LN)"
-
-
 def _block_mistakes(case: Case):
     norm_first = case.args[3]
-    flag, flaws = _flag(norm_first), families.PRE_LN if norm_first else families.POST_LN
+    flag, flaws = _FLAG[norm_first], families.PRE_LN if norm_first else families.POST_LN
     texts = {flaw: f"with {flag}, {families.RESIDUAL[flaw]}" for flaw in flaws}
     swapped = "post-LN" if norm_first else "pre-LN"  # the flag read the wrong way round
     texts[swapped] = (
         f"with {flag} your block computes {swapped}: the flag is read the wrong way round. As "
         f"in torch, norm_first False (the default) means post-LN, {_POST}, and True pre-LN, {_PRE}."
     )
-    run = lambda flaw: lambda *args: _block(*args, flaw=flaw)  # noqa: E731
-    return families.mistakes(run, [*flaws, *_DROPOUT_WHY], **texts, **_DROPOUT_WHY)
+    return families.flawed(_block, [*flaws, *_DROPOUT_WHY], **texts, **_DROPOUT_WHY)
 
 
 def _block_cases():
-    """Float32 modules with random weights (the norm's too, so that a norm applied twice shows);
-    the block gets the sub-layer through a probe that counts its calls (torch.tanh as it is)."""
+    """Float32 modules with random weights (the norm's too, so that a norm run twice shows)."""
     randn, seeds = seeded_randn(31), iter(range(40, 50))
     with torch.random.fork_rng(devices=[]):  # leave the learner's random stream alone
         torch.manual_seed(31)
         linear8, linear4, linear5 = nn.Linear(8, 8), nn.Linear(4, 4), nn.Linear(5, 5)
         ffn = nn.Sequential(nn.Linear(6, 12), nn.ReLU(), nn.Linear(12, 6))
 
-    def data(x, f, options, training=True):  # (args, kwargs, extra) of a Case
+    def data(x, f, training=True, **options):  # a Case's fields
         norm, d = nn.LayerNorm(x.size(-1)), x.size(-1)
         with torch.no_grad():
             norm.weight.copy_(1 + 0.3 * randn(d))
             norm.bias.copy_(0.3 * randn(d))
-        norm_first, p = options.get("norm_first", False), options.get("dropout", 0.0)
-        given = _Probe(f) if isinstance(f, nn.Module) else f
-        extra = {"options": options, "sublayer": given, "norm": _Probe()}
-        return (x, f, norm, norm_first, p, training, next(seeds)), {}, extra
+        args = (x, f, norm, options.get("norm_first", False), options.get("dropout", 0.0))
+        extra = {"options": options, "seen": {"norm": [], "sub-layer": []}}  # what they are given
+        return {"args": (*args, training, next(seeds)), "extra": extra}
 
-    yield Case(
-        "post-LN, the default: ResidualBlock(nn.Linear(8, 8), 8) on x (2, 5, 8)",
-        *data(1 + 2 * randn(2, 5, 8), linear8, {}),
-    )
-    yield Case(
-        "pre-LN: ResidualBlock(ffn, 6, norm_first=True), ffn = Linear, ReLU, Linear; x (3, 6)",
-        *data(randn(3, 6), ffn, {"norm_first": True}),
-    )
-    yield Case(
-        "post-LN, norm_first=False; the sub-layer is a function, torch.tanh; x (1, 4, 16)",
-        *data(3 * randn(1, 4, 16), torch.tanh, {"norm_first": False}),
-    )
-    yield Case(
-        "dropout=0.5 in training, norm_first=False (post-LN): nn.Linear(4, 4) on x (2, 3, 4)",
-        *data(randn(2, 3, 4), linear4, {"norm_first": False, "dropout": 0.5}),
-    )
-    yield Case(
-        "dropout=0.5 in training, norm_first=True (pre-LN): nn.Linear(4, 4) on x (2, 3, 4)",
-        *data(randn(2, 3, 4), linear4, {"norm_first": True, "dropout": 0.5}),
-    )
-    yield Case(
-        "dropout=0.5 after .eval(), so no dropout: pre-LN, nn.Linear(5, 5) on x (4, 5)",
-        *data(randn(4, 5), linear5, {"norm_first": True, "dropout": 0.5}, training=False),
-    )
+    fields = data(1 + 2 * randn(2, 5, 8), linear8)
+    yield Case("post-LN, the default: ResidualBlock(nn.Linear(8, 8), 8); x (2, 5, 8)", **fields)
+    fields = data(randn(3, 6), ffn, norm_first=True)
+    yield Case("pre-LN: ffn = Linear, ReLU, Linear; x (3, 6)", **fields)
+    fields = data(3 * randn(1, 4, 16), torch.tanh, norm_first=False)
+    yield Case("norm_first=False (post-LN); the function torch.tanh; x (1, 4, 16)", **fields)
+    fields = data(randn(2, 3, 4), linear4, norm_first=False, dropout=0.5)
+    yield Case("dropout=0.5 in training, norm_first=False (post-LN); x (2, 3, 4)", **fields)
+    fields = data(randn(2, 3, 4), linear4, norm_first=True, dropout=0.5)
+    yield Case("dropout=0.5 in training, norm_first=True (pre-LN); x (2, 3, 4)", **fields)
+    fields = data(randn(4, 5), linear5, training=False, norm_first=True, dropout=0.5)
+    yield Case("dropout=0.5 after .eval(), so no dropout: pre-LN; x (4, 5)", **fields)
 
 
 def _require_norm(block: nn.Module, case: str, given, expected: nn.LayerNorm) -> None:
-    """``block.norm`` is a LayerNorm over d_model (given ``expected``'s weight and bias), and
-    every part's parameters are the block's."""
+    """``block.norm`` is a LayerNorm over d_model, and every part's parameters are the block's."""
     norm, d = getattr(block, "norm", None), expected.normalized_shape[0]
     if not isinstance(norm, nn.Module):
-        raise ExerciseFailure(
-            f"Case {case!r}: your ResidualBlock has no module attribute `norm`; the skeleton "
-            "names its LayerNorm self.norm."
-        )
+        raise ExerciseFailure(f"Case {case!r}: your ResidualBlock has no module attribute `norm`.")
     made = f"a LayerNorm over d_model = {d} features"
     copy_weight_and_bias(norm, expected.weight, expected.bias, case, "self.norm", made)
     registered = {id(p) for p in block.parameters()}
     for what, part in (("the sub-layer's", given), ("the norm's", norm)):
         if isinstance(part, nn.Module) and any(id(p) not in registered for p in part.parameters()):
             raise ExerciseFailure(
-                f"Case {case!r}: {what} parameters are not among your block's parameters, so an "
-                "optimiser would never train them.\nLikely cause: the module is kept inside a "
-                "plain list or dict; PyTorch sees a module assigned to an attribute of self."
+                f"Case {case!r}: {what} parameters are not among your block's parameters: no "
+                "optimiser would train them.\nLikely cause: the module is kept in a plain list or "
+                "dict; PyTorch sees a module assigned to an attribute of self."
             )
     y = 1 + torch.randn(3, d, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -178,53 +135,56 @@ def _require_norm(block: nn.Module, case: str, given, expected: nn.LayerNorm) ->
 
 
 def _call_block(candidate, case: Case, table: Table):
+    """The learner's block on the case, the inputs its norm and a module sub-layer get recorded."""
     x, f, n, norm_first, p, training, seed = case.args
-    given, probe = case.extra["sublayer"], case.extra["norm"]
-    block = build_module(candidate, case, (given, x.size(-1)), **case.extra["options"])
-    _require_norm(block, case.name, given, n)
-    probe.fn, block.norm = block.norm, probe
+    block = build_module(candidate, case, (f, x.size(-1)), **case.extra["options"])
+    _require_norm(block, case.name, f, n)
     block.train(training)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return call_candidate(block, case.name, x.clone(), crash_hint=_BLOCK_CRASH)
+    seen, hooks = case.extra["seen"], []
+    for name, part in (("norm", block.norm), ("sub-layer", f)):
+        if isinstance(part, nn.Module):  # record the positional arguments of each call
+            hooks.append(part.register_forward_pre_hook(lambda _, a, k=name: seen[k].append(a)))
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return call_candidate(block, case.name, x.clone(), crash_hint=_ONE_TENSOR)
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
-_BLOCK_CRASH = (
-    "the sub-layer takes one tensor and gives one of the same shape, and so does the norm."
-)
+_ONE_TENSOR = "the sub-layer takes one tensor and gives one of the same shape; so does the norm."
 
 
 def _calls_hint(got, case: Case) -> str:
-    """What the probes saw, when the values matched no classic mistake."""
-    x, norm_first = case.args[0], case.args[3]
-    right, sub, norm = _PRE if norm_first else _POST, case.extra["sublayer"], case.extra["norm"]
-    for name, probe in (("norm", norm), ("sub-layer", sub)):
-        if isinstance(probe, _Probe) and len(probe.inputs) != 1:
-            return f"the {name} ran {len(probe.inputs)} times; it runs once: {right}."
-    if not norm_first and isinstance(sub, _Probe) and not torch.equal(sub.inputs[0], x):
-        return f"with {_flag(False)} the sub-layer reads x itself: {right}."
-    if norm_first and not torch.equal(norm.inputs[0], x):
-        return f"with {_flag(True)} the norm reads x itself, the sub-layer its output: {right}."
-    return f"compare your forward with the formula for {_flag(norm_first)}: {right}."
+    """What the norm and the sub-layer were given, when the values matched no classic mistake."""
+    x, module, norm_first = case.args[0], isinstance(case.args[1], nn.Module), case.args[3]
+    right, seen = _PRE if norm_first else _POST, case.extra["seen"]
+    for name, inputs in seen.items():
+        if len(inputs) != 1 and (module or name == "norm"):
+            return f"the {name} ran {len(inputs)} times; it runs once: {right}."
+    if not norm_first and module and not torch.equal(seen["sub-layer"][0][0], x):
+        return f"with {_FLAG[False]} the sub-layer reads x itself: {right}."
+    if norm_first and not torch.equal(seen["norm"][0][0], x):
+        return f"with {_FLAG[True]} the norm reads x itself, the sub-layer its output: {right}."
+    return f"compare your forward with the formula for {_FLAG[norm_first]}: {right}."
 
 
-RESIDUAL_BLOCK = Table(
-    cases=_block_cases,
-    reference=_block,
-    mistakes=_block_mistakes,
-    call=_call_block,
-    outputs=[
-        Out("the outputs", shape_hint="the residual adds x back: x's shape.", fallback=_calls_hint)
-    ],
-    double=False,
-)
+_SAME_SHAPE = "the residual adds x back: x's shape."
 check_residual_block = exercise(
     "ResidualBlock",
     "03",
     reference=ResidualBlock,
     todo="Replace each `raise NotImplementedError` in your ResidualBlock, both ways round.",
     points=2,
-    table=RESIDUAL_BLOCK,
+    table=Table(
+        cases=_block_cases,
+        reference=_block,
+        mistakes=_block_mistakes,
+        call=_call_block,
+        outputs=[Out("the outputs", shape_hint=_SAME_SHAPE, fallback=_calls_hint)],
+        double=False,
+    ),
 )
 
 
@@ -232,9 +192,8 @@ check_residual_block = exercise(
 
 
 def gradient_norms(blocks, x, target, *, flaw=""):
-    """The reference: for F.mse_loss(the last block's output, target), the norm of the gradient
-    at each block's input, a list of len(blocks) floats (item 0 at x itself); or with ``flaw``, a
-    classic mistake of :data:`_NORMS_WHY`."""
+    """The reference: for F.mse_loss(the last block's output, target), the norm of the gradient at
+    each block's input, a list of len(blocks) floats; ``flaw``: a mistake of :data:`_NORMS_WHY`."""
     hidden, inputs, outputs = x.detach().requires_grad_(), [], []
     with torch.enable_grad():
         for block in blocks:
@@ -250,50 +209,38 @@ def gradient_norms(blocks, x, target, *, flaw=""):
         else:
             at = outputs if flaw == "at the outputs" else inputs
             grads = torch.autograd.grad(loss, at, allow_unused=True)
-    measure = _MEASURES.get(flaw, torch.linalg.vector_norm)
-    norms = [0.0 if g is None else measure(g).item() for g in grads]
+    measure = {"squared norm": lambda g: g.norm() ** 2, "mean of |g|": lambda g: g.abs().mean()}
+    norm = measure.get(flaw, torch.linalg.vector_norm)
+    norms = [0.0 if g is None else norm(g).item() for g in grads]
     return norms[::-1] if flaw == "reversed" else norms
 
 
-_MEASURES = {
-    "squared norm": lambda g: g.norm() ** 2,
-    "mean of absolute values": lambda g: g.abs().mean(),
-}
 _NORMS_WHY = {
-    "at the outputs": "you measured the gradient at each block's output. The list starts at the "
-    "input of the first block, x itself, and ends at the input of the last block.",
-    "reversed": "your list is in reverse order: item i belongs to blocks[i], so item 0 is the "
-    "gradient at x, the input of the first block.",
-    "summed loss": "your loss is the sum of the squared errors; the exercise's loss is their mean "
-    "(F.mse_loss's default), so your gradients are larger by the number of elements.",
+    "at the outputs": "you measured the gradient at each block's output; the list starts at x "
+    "itself, the first block's input, and ends at the last block's input.",
+    "reversed": "your list is in reverse order: item i belongs to blocks[i], item 0 to x.",
+    "summed loss": "your loss is the sum of the squared errors; the exercise's is their mean.",
     "squared norm": "you gave the squared norm (the sum of squares); the norm is its square root.",
-    "mean of absolute values": "you gave the mean absolute value of each gradient; the exercise "
-    "asks for its norm, the square root of the sum of squares over the whole tensor.",
-    "parameter gradients": "these are the gradients of each block's parameters (its weights); "
-    "the exercise asks for the gradient at each block's input, the activations that flow in.",
+    "mean of |g|": "you gave the mean absolute value of each gradient, not its norm.",
+    "parameter gradients": "these are the gradients of each block's parameters, not at its input.",
 }
 _COPY_OF_X = "start from a copy of x that requires grad (detached from the caller's x)"
 _CRASHES = {  # a text of the learner's error: what it means here (the first found wins)
     "'NoneType' object has no attribute": "a tensor made by an operation (not a leaf) keeps no "
-    ".grad after backward(): ask for it with .retain_grad() on each block's input before the "
-    "backward pass, or ask torch.autograd.grad for the gradients.",
+    ".grad after backward() unless asked with .retain_grad() first; or use torch.autograd.grad.",
     "can't retain_grad on Tensor": "x does not require a gradient, so autograd tracks nothing "
     f"before the first block: {_COPY_OF_X}.",
     "does not require grad": f"the tensors you differentiate must require grad: {_COPY_OF_X}.",
     "object has no attribute 'parameters'": "a block may be a plain function, with no "
-    "parameters. The exercise measures the gradient at each block's input, not at its weights.",
+    "parameters: the gradients are at each block's input, not at its weights.",
     "backward through the graph a second time": "backward() ran twice over the same graph: run "
     "the stack once, then one backward pass for the one loss.",
 }
 
 
-class _Residual(nn.Module):
-    def __init__(self, linear):
-        super().__init__()
-        self.linear = linear
-
-    def forward(self, h):
-        return h + torch.tanh(self.linear(h))
+class _Residual(nn.Linear):
+    def forward(self, h):  # h + tanh(Linear(h))
+        return h + torch.tanh(super().forward(h))
 
 
 def _grad_cases():
@@ -301,22 +248,17 @@ def _grad_cases():
     with torch.random.fork_rng(devices=[]):  # leave the learner's random stream alone
         torch.manual_seed(33)
         tanh_blocks = [nn.Sequential(nn.Linear(4, 4), nn.Tanh()) for _ in range(3)]
-        residuals = [_Residual(nn.Linear(8, 8, dtype=torch.float64)) for _ in range(5)]
-    yield Case(
-        "the worked example: blocks = [×2, ×3] (two functions), x = [[[1.]]], target 0",
-        ([lambda h: 2 * h, lambda h: 3 * h], torch.ones(1, 1, 1), torch.zeros(1, 1, 1)),
-    )
-    yield Case(
-        "three blocks nn.Linear(4, 4) then tanh; x (2, 3, 4) that does not require grad",
-        (tanh_blocks, randn(2, 3, 4), randn(2, 3, 4)),
-    )
-    yield Case(
-        "five blocks, float64, each x + tanh(Linear(x)); x (1, 6, 8) that already requires grad",
-        (residuals, randn(1, 6, 8).double().requires_grad_(), randn(1, 6, 8).double()),
-    )
+        residuals = [_Residual(8, 8, dtype=torch.float64) for _ in range(5)]
+    args = ([lambda h: 2 * h, lambda h: 3 * h], torch.ones(1, 1, 1), torch.zeros(1, 1, 1))
+    yield Case("the worked example: blocks [×2, ×3] (functions), x = [[[1.]]], target 0", args)
+    args = (tanh_blocks, randn(2, 3, 4), randn(2, 3, 4))
+    yield Case("three blocks nn.Linear(4, 4) then tanh; x (2, 3, 4) without grad", args)
+    args = (residuals, randn(1, 6, 8).double().requires_grad_(), randn(1, 6, 8).double())
+    yield Case("five float64 blocks x + tanh(Linear(x)); x (1, 6, 8) requiring grad", args)
 
 
 def _call_gradient_norms(candidate, case: Case, table: Table) -> torch.Tensor:
+    """The learner's list (or tuple, or 1-D tensor) of numbers, as a float64 tensor."""
     blocks, x, target = case.args
     for block in blocks:  # start from clean parameter gradients, whatever ran before
         if isinstance(block, nn.Module):
@@ -327,25 +269,17 @@ def _call_gradient_norms(candidate, case: Case, table: Table) -> torch.Tensor:
             x = x.detach().clone().requires_grad_(x.requires_grad)
             got = call_candidate(candidate, case.name, blocks, x, target)
     except ExerciseFailure as failure:
-        error = str(failure.raised)
-        why = next((why for text, why in _CRASHES.items() if text in error), None)
+        why = next((w for text, w in _CRASHES.items() if text in str(failure.raised)), None)
         if why is None or failure.raised is None:
             raise
         raise failure.with_cause(why) from failure.raised
-    return _as_numbers(got, case.name, len(blocks))
-
-
-_RESULT = "one number per block: the norm of ∂loss/∂(the block's input), item 0 at x itself"
-
-
-def _as_numbers(got, case: str, n_blocks: int) -> torch.Tensor:
-    """The learner's list (or tuple, or 1-D tensor) of numbers as a float64 tensor."""
     if isinstance(got, torch.Tensor):
         got = list(got.detach().flatten()) if got.dim() == 1 else [got]
-    if not isinstance(got, (list, tuple)):
-        problem = f"your result should be a list of {n_blocks} floats, got {type(got).__name__}"
-    elif len(got) != n_blocks:
-        problem = f"your list has {len(got)} items, expected {n_blocks}"
+    n, listed = len(blocks), isinstance(got, (list, tuple))
+    if not listed:
+        problem = f"your result should be a list of {n} floats, got {type(got).__name__}"
+    elif len(got) != n:
+        problem = f"your list has {len(got)} items, expected {n}"
     else:
         number = lambda i: isinstance(i, numbers.Real) and not isinstance(i, bool)  # noqa: E731
         wrong = [i for i in got if not (number(i) or torch.is_tensor(i) and i.numel() == 1)]
@@ -354,40 +288,32 @@ def _as_numbers(got, case: str, n_blocks: int) -> torch.Tensor:
         item = wrong[0]
         what = f"a tensor of shape {shape_str(item.shape)}" if torch.is_tensor(item) else None
         problem = f"an item of your list is {what or type(item).__name__}; each is one number"
-    more = isinstance(got, (list, tuple)) and len(got) == n_blocks + 1
-    raise ExerciseFailure(f"Case {case!r}: {problem}: {_RESULT}." + (_ONE_MORE if more else ""))
+    tail = _ONE_MORE if listed and len(got) == n + 1 else ""
+    raise ExerciseFailure(f"Case {case.name!r}: {problem}: {_RESULT}.{tail}")
 
 
+_RESULT = "one number per block: the norm of ∂loss/∂(the block's input), item 0 at x itself"
 _ONE_MORE = (
     "\nLikely cause: you also measured the gradient at the last block's output; the list has one "
     "number per block, at its input."
 )
-
-
-GRADIENT_NORMS = Table(
-    cases=_grad_cases,
-    reference=lambda *args: torch.tensor(gradient_norms(*args), dtype=torch.float64),
-    mistakes=families.mistakes(
-        lambda flaw: lambda *a: torch.tensor(gradient_norms(*a, flaw=flaw), dtype=torch.float64),
-        _NORMS_WHY,
-        **_NORMS_WHY,
-    ),
-    call=_call_gradient_norms,
-    outputs=[
-        Out(
-            "the gradient norms",
-            fallback="compare each step with the exercise: one forward pass through all the "
-            "blocks, the mean squared error of the output against the target, one backward pass, "
-            "then the norm of the gradient at the input of each block.",
-        )
-    ],
-    double=False,
-    atol=1e-6,
+_FLOAT64 = functools.partial(torch.as_tensor, dtype=torch.float64)  # the norms as a tensor
+_STEPS = (
+    "compare each step with the exercise: one forward pass through all the blocks, the mean "
+    "squared error against the target, one backward pass, the norms at each block's input."
 )
 check_gradient_norms = exercise(
     "gradient_norms",
     "03",
     reference=gradient_norms,
     todo="Replace `raise NotImplementedError` with the passes forward and back, then the norms.",
-    table=GRADIENT_NORMS,
+    table=Table(
+        cases=_grad_cases,
+        reference=gradient_norms,
+        mistakes=families.flawed(gradient_norms, _NORMS_WHY, **_NORMS_WHY),
+        call=_call_gradient_norms,
+        outputs=[Out("the gradient norms", _FLOAT64, fallback=_STEPS)],
+        double=False,
+        atol=1e-6,
+    ),
 )

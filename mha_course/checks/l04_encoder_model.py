@@ -1,6 +1,5 @@
-"""Lesson 04's model, token ids in and a score per vocabulary token out (EncoderModel: its layers
-made to differ, held to its own parts put together rightly), and one step of training it
-(train_step: run with plain SGD once, twice in a row, and with a max_norm that clips)."""
+"""Lesson 04's model, token ids in and a score per vocabulary token out (EncoderModel, held to its
+own parts put together rightly), and one step of training it with plain SGD (train_step)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,6 @@ from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, build_module, call_diagnosed
 from .l04_encoder_layer import EncoderLayer
 
-# ---------------------------------------------------------------- EncoderModel
-
 
 class EncoderModel(nn.Module):
     """The reference: tokens (B, L) and padding (B, L, True at the pads) -> scores (B, L,
@@ -47,9 +44,8 @@ class EncoderModel(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
         self.register_buffer("pe", positional_encoding(max_len, d_model))  # fixed, not trained
-        self.layers = nn.ModuleList(
-            layer_class(d_model, nhead, dim_feedforward) for _ in range(num_layers)
-        )
+        layers = (layer_class(d_model, nhead, dim_feedforward) for _ in range(num_layers))
+        self.layers = nn.ModuleList(layers)
         self.readout = nn.Linear(d_model, vocab_size)
 
     def forward(self, tokens, padding):
@@ -57,92 +53,79 @@ class EncoderModel(nn.Module):
 
 
 def _model(tokens, padding, model, flaw: str = ""):
-    """``model``'s embed, pe, layers and readout on a batch: Step 1, every layer in turn with the
-    mask (True where a query may attend), the read-out; or with ``flaw`` (see :data:`_MODEL_WHY`)."""
-    x = model.embed(tokens)
-    if flaw == "embeddings scaled":
-        x = x * model.embed.embedding_dim**0.5
+    """``model``'s embed, pe, layers and readout on a batch; ``flaw``: of :data:`_MODEL_WHY`."""
+    x = model.embed(tokens) * (model.embed.embedding_dim**0.5 if flaw == "embeddings scaled" else 1)
     if flaw != "no positional encoding":
         x = x + model.pe[: tokens.size(1)]  # Step 1
     may_attend = rearrange(~padding, "b s -> b 1 1 s")  # the same for every head and query
-    mask = {
-        "padding as the mask": ~may_attend,
-        "mask (B, L) as it is": ~padding,
-        "mask on the queries": rearrange(~padding, "b l -> b 1 l 1"),
-        "no mask": None,
-    }.get(flaw, may_attend)
+    masks = {"padding as the mask": ~may_attend, "mask (B, L)": ~padding, "no mask": None}
+    masks["mask on the queries"] = rearrange(~padding, "b l -> b 1 l 1")
     layers = list(model.layers)
-    layers = {
-        "layers in reverse order": layers[::-1],
-        "only the first layer": layers[:1],
-        "the first layer, num_layers times": layers[:1] * len(layers),
-    }.get(flaw, layers)
+    orders = {"layers reversed": layers[::-1], "first layer only": layers[:1]}
+    layers = {**orders, "first layer N times": layers[:1] * len(layers)}.get(flaw, layers)
     h = x
     for i, layer in enumerate(layers):  # Steps 2 and 3, N times
-        h = layer(
-            x if flaw == "every layer on Step 1" else h,
-            attn_mask=None if i and flaw == "mask only to the first layer" else mask,
-        )
+        mask = None if i and flaw == "mask to the first layer" else masks.get(flaw, may_attend)
+        h = layer(x if flaw == "every layer on Step 1" else h, attn_mask=mask)
     return model.readout(h)
 
 
 _MASK = "True where a query may attend, (B, 1, 1, L)"
 _ARGS = ("vocab_size", "d_model", "nhead", "num_layers", "dim_feedforward", "max_len")
 _MODEL_WHY = {
-    "no positional encoding": "Step 1 has no positional encoding: X' is the embeddings plus the "
-    "first L rows of the PE table.",
-    "embeddings scaled": "the embeddings are scaled by √d_model. The paper does (section 3.4), "
-    "but this lesson's Step 1 is the DLI's: Embedding + PositionEncoding, unscaled.",
+    "no positional encoding": "Step 1 has no positional encoding (the PE table's first L rows).",
+    "embeddings scaled": "the embeddings are scaled by √d_model (the paper's section 3.4); this "
+    "lesson's Step 1 is unscaled.",
     "padding as the mask": "the layers got `padding` itself as their mask: it is True at the "
     f"pads, but the layers' mask is {_MASK}, the opposite.",
-    "mask (B, L) as it is": "the mask is (B, L), so it lines up with the scores' last two axes "
-    "(L, S) instead of (B, S): it needs an axis for the heads and one for the queries, "
-    "(B, 1, 1, L).",
-    "mask on the queries": "your mask (B, 1, L, 1) masks queries, not keys: real tokens still "
-    "read the pads. Padding is a property of the keys: (B, 1, 1, L).",
-    "no mask": "the layers get no mask, so every token attends to the padding too: every layer "
-    f"gets the mask, {_MASK}.",
-    "mask only to the first layer": "only the first layer gets the mask; every layer needs it, "
-    "or the later ones read the pads.",
+    "mask (B, L)": "the mask is (B, L): it lines up with the scores' (L, S), not (B, S); it needs "
+    "axes for the heads and the queries, (B, 1, 1, L).",
+    "mask on the queries": "your mask (B, 1, L, 1) masks queries, not keys: the pads are keys.",
+    "no mask": f"the layers get no mask, so every token attends to the padding too: {_MASK}.",
+    "mask to the first layer": "only the first layer gets the mask; every layer needs it.",
     "every layer on Step 1": "every layer reads Step 1's output, so only the last one counts (is "
     "x reassigned from Step 1 in the loop?); each layer reads the previous one's output.",
-    "layers in reverse order": "the layers run in reverse order; self.layers[0] comes first.",
-    "only the first layer": "only the first layer runs; all of them run, in order, each on the "
-    "previous one's output.",
-    "the first layer, num_layers times": "the first layer runs num_layers times; each layer "
-    "runs once, in order.",
+    "layers reversed": "the layers run in reverse order; self.layers[0] comes first.",
+    "first layer only": "only the first layer runs; all of them run, in order.",
+    "first layer N times": "the first layer runs num_layers times; each layer runs once, in order.",
 }
 
 
 def _model_cases():
     g, seeds = torch.Generator().manual_seed(44), iter(range(100))
 
-    def data(sizes, shape, lengths):  # (args, kwargs, extra) of a Case
+    def data(sizes, shape, lengths):  # a Case's fields
         sizes = dict(zip(_ARGS, sizes, strict=True))  # the model is built with keywords
         tokens = torch.randint(0, sizes["vocab_size"], shape, generator=g)
         padding = torch.arange(shape[1]) >= torch.tensor(lengths)[:, None]  # True at the pads
         pe = positional.positional_encoding(sizes["max_len"], sizes["d_model"])
         model = types.SimpleNamespace(pe=pe)  # the learner's parts go in: embed, layers, readout
-        return (tokens, padding, model), {}, {"sizes": sizes, "seed": next(seeds)}
+        return {"args": (tokens, padding, model), "extra": {"sizes": sizes, "seed": next(seeds)}}
 
-    yield Case(
-        "vocab_size 7, d_model 8, nhead 2, num_layers 2, dim_feedforward 16, max_len 8; tokens "
-        "(2, 6), the last 2 of sequence 1 are padding",
-        *data((7, 8, 2, 2, 16, 8), (2, 6), [6, 4]),
-    )
-    yield Case("3 layers; tokens (3, 5), no padding", *data((9, 8, 2, 3, 16, 8), (3, 5), [5, 5, 5]))
-    yield Case(
-        "1 layer, d_model 4, 1 head; tokens (2, 10) as long as max_len, padding in both",
-        *data((5, 4, 1, 1, 8, 10), (2, 10), [7, 3]),
-    )
-    yield Case(
-        "4 layers, d_model 12, 3 heads; tokens (3, 4), shorter than max_len 9",
-        *data((11, 12, 3, 4, 24, 9), (3, 4), [4, 2, 3]),
-    )
+    fields = data((7, 8, 2, 2, 16, 8), (2, 6), [6, 4])
+    yield Case("vocab 7, d_model 8, 2 heads, 2 layers, d_ff 16, max_len 8; tokens (2, 6)", **fields)
+    fields = data((9, 8, 2, 3, 16, 8), (3, 5), [5, 5, 5])
+    yield Case("3 layers; tokens (3, 5), no padding", **fields)
+    fields = data((5, 4, 1, 1, 8, 10), (2, 10), [7, 3])
+    yield Case("1 layer, d_model 4, 1 head; tokens (2, 10) as long as max_len, padded", **fields)
+    fields = data((11, 12, 3, 4, 24, 9), (3, 4), [4, 2, 3])
+    yield Case("4 layers, d_model 12, 3 heads; tokens (3, 4), shorter than max_len 9", **fields)
 
 
-def _require_parts(model: nn.Module, case: str, vocab_size: int, d_model: int, **_) -> list:
-    """``model.embed`` and ``model.readout``: an nn.Embedding and an nn.Linear of the right sizes."""
+def _require_parts(model, case: str, table, vocab_size: int, d_model: int, **_) -> list:
+    """``model``'s embed and readout, of the right sizes; its PE ``table`` a buffer."""
+    loose = [name for name, value in vars(model).items() if isinstance(value, torch.Tensor)]
+    if loose:
+        raise ExerciseFailure(
+            f"Case {case!r}: self.{loose[0]} is a plain tensor attribute: moving the model to a "
+            "device would leave it behind. Register the PE table as a buffer."
+        )
+    for name, p in model.named_parameters():
+        if p.shape == table.shape and torch.allclose(p.detach().float(), table, atol=1e-5):
+            raise ExerciseFailure(
+                f"Case {case!r}: the PE table is a parameter (`{name}`), so training would change "
+                "it. Step 1's encoding is fixed: register it as a buffer."
+            )
     found = []
     for name, kind, n_in, n_out, expected in (
         ("embed", nn.Embedding, "num_embeddings", "embedding_dim", (vocab_size, d_model)),
@@ -151,28 +134,23 @@ def _require_parts(model: nn.Module, case: str, vocab_size: int, d_model: int, *
         part = getattr(model, name, None)
         if not isinstance(part, kind):
             got = "no attribute" if part is None else f"a {type(part).__name__} as"
-            raise ExerciseFailure(
-                f"Case {case!r}: your EncoderModel has {got} `{name}`; __init__ creates it, an "
-                f"nn.{kind.__name__}."
+            problem = f"your EncoderModel has {got} `{name}`; __init__ makes an nn.{kind.__name__}"
+        elif (getattr(part, n_in), getattr(part, n_out)) != expected:
+            problem = (
+                f"self.{name} maps {getattr(part, n_in)} -> {getattr(part, n_out)}, expected "
+                f"{expected[0]} -> {expected[1]}: one embedding row per token of the vocabulary, "
+                f"one score per token out (vocab_size = {vocab_size}, d_model = {d_model})"
             )
-        if (getattr(part, n_in), getattr(part, n_out)) != expected:
-            raise ExerciseFailure(
-                f"Case {case!r}: self.{name} maps {getattr(part, n_in)} -> {getattr(part, n_out)}, "
-                f"expected {expected[0]} -> {expected[1]}: one embedding row per token of the "
-                f"vocabulary, one score per token out (vocab_size = {vocab_size}, d_model = "
-                f"{d_model})."
-            )
-        found.append(part)
+        else:
+            found.append(part)
+            continue
+        raise ExerciseFailure(f"Case {case!r}: {problem}.")
     return found
-
-
-_LAYERS = "an nn.ModuleList of num_layers encoder layers, each with weights of its own"
 
 
 def _layers(model: nn.Module, num_layers: int, case: str) -> list[nn.Module]:
     """``model.layers``: an nn.ModuleList of ``num_layers`` distinct layers sharing no weights."""
-    layers = getattr(model, "layers", None)
-    problem = None
+    layers, problem = getattr(model, "layers", None), None
     if layers is None:
         problem = "your EncoderModel has no attribute `layers`"
     elif isinstance(layers, (list, tuple)):
@@ -188,59 +166,41 @@ def _layers(model: nn.Module, num_layers: int, case: str) -> list[nn.Module]:
         raise ExerciseFailure(f"Case {case!r}: {problem}; it is to be {_LAYERS}.")
     for (i, a), (j, b) in itertools.combinations(enumerate(layers), 2):
         if a is b:
-            raise ExerciseFailure(
-                f"Case {case!r}: self.layers[{i}] and self.layers[{j}] are one and the same layer: "
-                "[layer] * num_layers repeats one object, so all the 'layers' share one set of "
-                "weights. Make independent layers, as torch's TransformerEncoder does."
+            problem = (
+                f"self.layers[{i}] and self.layers[{j}] are one and the same layer: [layer] * "
+                "num_layers repeats one object, so all the 'layers' share one set of weights"
             )
-        if {p.data_ptr() for p in a.parameters()} & {p.data_ptr() for p in b.parameters()}:
-            raise ExerciseFailure(
-                f"Case {case!r}: self.layers[{j}] shares its weights with self.layers[{i}]: "
-                "copy.copy makes a shallow copy, whose parameters are the original's. Give each "
-                "layer weights of its own."
+        elif {p.data_ptr() for p in a.parameters()} & {p.data_ptr() for p in b.parameters()}:
+            problem = (
+                f"self.layers[{j}] shares its weights with self.layers[{i}]: copy.copy makes a "
+                "shallow copy, whose parameters are the original's"
             )
+        else:
+            continue
+        raise ExerciseFailure(f"Case {case!r}: {problem}. Give each layer weights of its own.")
     return list(layers)
 
 
-def _require_fixed_table(model: nn.Module, case: str, table: torch.Tensor) -> None:
-    """The PE table is a buffer: not trained, and moved with the model."""
-    loose = [name for name, value in vars(model).items() if isinstance(value, torch.Tensor)]
-    if loose:
-        raise ExerciseFailure(
-            f"Case {case!r}: self.{loose[0]} is a plain tensor attribute: moving the model to a "
-            "device would leave it behind. Register the PE table as a buffer."
-        )
-    for name, p in model.named_parameters():
-        if p.shape == table.shape and torch.allclose(p.detach().float(), table, atol=1e-5):
-            raise ExerciseFailure(
-                f"Case {case!r}: the PE table is a parameter (`{name}`), so training would change "
-                "it. Step 1's encoding is fixed: register it as a buffer."
-            )
+_LAYERS = "an nn.ModuleList of num_layers encoder layers, each with weights of its own"
 
 
 def _call_model(candidate, case: Case, table: Table):
-    tokens, padding, parts = case.args
-    sizes = case.extra["sizes"]
+    (tokens, padding, parts), sizes = case.args, case.extra["sizes"]
     model = build_module(candidate, case, (), **sizes).eval()
-    parts.embed, parts.readout = _require_parts(model, case.name, **sizes)
+    parts.embed, parts.readout = _require_parts(model, case.name, parts.pe, **sizes)
     parts.layers = _layers(model, sizes["num_layers"], case.name)
-    _require_fixed_table(model, case.name, parts.pe)
     g = torch.Generator().manual_seed(case.extra["seed"])
     with torch.no_grad():  # each layer's weights its own way, so that which layer ran where shows
         for p in itertools.chain.from_iterable(layer.parameters() for layer in parts.layers):
             p.add_(0.2 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-        mistakes = [
-            dataclasses.replace(m, run=functools.partial(m.run, model=parts))
-            for m in table.mistakes
-        ]
-        return call_diagnosed(
-            model, dataclasses.replace(case, args=(tokens, padding)), mistakes, _MODEL_CRASH
-        )
+        mistakes = families.flawed(functools.partial(_model, model=parts), _MODEL_WHY, **_MODEL_WHY)
+        case = dataclasses.replace(case, args=(tokens, padding))
+        return call_diagnosed(model, case, mistakes, _STEPS)
 
 
-_MODEL_CRASH = (
-    f"forward(tokens, padding): Step 1 with the first L rows of the PE table, then every layer "
-    f"with the mask, {_MASK}, then the read-out."
+_STEPS = (
+    "Step 1 (embedding + the PE table's first L rows), every layer in turn with the mask, "
+    f"{_MASK}, then the read-out."
 )
 
 
@@ -251,32 +211,20 @@ def _scores_shape(got, case: Case) -> str:
     return "one score per token of the vocabulary at every position: (B, L, vocab_size)."
 
 
-ENCODER_MODEL = Table(
-    cases=_model_cases,
-    reference=_model,
-    mistakes=families.mistakes(
-        lambda flaw: lambda tokens, padding, model: _model(tokens, padding, model, flaw),
-        _MODEL_WHY,
-        **_MODEL_WHY,
-    ),
-    call=_call_model,
-    outputs=[
-        Out(
-            "the scores",
-            shape_hint=_scores_shape,
-            fallback="Step 1 (embedding + the PE table's first L rows), every layer in turn with "
-            f"the mask, {_MASK}, then the read-out.",
-        )
-    ],
-    double=False,
-)
 check_encoder_model = exercise(
     "EncoderModel",
     "04",
     reference=EncoderModel,
     todo="Replace `raise NotImplementedError` in EncoderModel: its parts, then its forward.",
     points=2,
-    table=ENCODER_MODEL,
+    table=Table(
+        cases=_model_cases,
+        reference=_model,
+        mistakes=families.flawed(_model, _MODEL_WHY, **_MODEL_WHY),
+        call=_call_model,
+        outputs=[Out("the scores", shape_hint=_scores_shape, fallback=_STEPS)],
+        double=False,
+    ),
 )
 
 
@@ -284,18 +232,15 @@ check_encoder_model = exercise(
 
 
 def train_step(model, optimizer, tokens, targets, padding, max_norm=1.0, *, flaw=""):
-    """The reference: one step of training ``model(tokens, padding) -> scores (B, L, V)``: the
-    mean cross-entropy over the real positions, gradients clipped to a total norm of
-    ``max_norm``, one update; returns the loss, detached. (``flaw``: a classic mistake of
-    :data:`_STEP_WHY` switched on.)"""
+    """The reference: one step of training ``model(tokens, padding) -> scores (B, L, V)``: the mean
+    cross-entropy over the real positions, gradients clipped to a total norm of ``max_norm``, one
+    update; returns the loss, detached. ``flaw``: a classic mistake of :data:`_STEP_WHY`."""
     scores = model(tokens, padding)
     flat, wanted = rearrange(scores, "b l v -> (b l) v"), targets.flatten()
     real, kept = ~padding.flatten(), targets.masked_fill(padding, -100).flatten()  # -100: ignored
     loss = {
         "padding counted": lambda: F.cross_entropy(flat, wanted),
-        "mean over every position": lambda: (
-            F.cross_entropy(flat, wanted, reduction="none") * real
-        ).mean(),
+        "mean over all": lambda: (F.cross_entropy(flat, wanted, reduction="none") * real).mean(),
         "sum": lambda: F.cross_entropy(flat, kept, reduction="sum"),
         "softmax first": lambda: F.cross_entropy(flat.softmax(-1), kept),
         "nll on scores": lambda: F.nll_loss(flat, kept),
@@ -317,37 +262,24 @@ def train_step(model, optimizer, tokens, targets, padding, max_norm=1.0, *, flaw
     return loss.detach()
 
 
-_STEP = (
-    "the scores, the loss over the real positions, the gradients cleared, the backward pass, the "
-    "clipping, the optimizer's step"
-)
+_STEP = "a step: the scores, the loss on the real tokens, zero_grad, backward, clipping, step."
 _STEP_WHY = {
-    "padding counted": "the loss counts the padding positions too: their targets are not real, "
-    "and the model learns to predict them. Only the positions where padding is False count "
-    "(cross-entropy ignores a target of −100, too).",
-    "mean over every position": "the padding is left out of the sum, but you divided by all B·L "
-    "positions: the mean is over the real positions only.",
-    "sum": "the loss is summed; it is the mean over the real positions (cross-entropy's default "
-    "reduction).",
-    "softmax first": "you applied softmax before F.cross_entropy, which applies log-softmax "
-    "itself: it takes the raw scores.",
-    "nll on scores": "F.nll_loss expects log-probabilities, and these are raw scores: "
-    "F.cross_entropy applies the log-softmax for you.",
-    "classes on axis 1": "F.cross_entropy took your (B, L, V) scores as (B, C, ...), with the "
-    "classes on axis 1: that reads the L positions as classes. It takes (B·L, V) scores with "
-    "(B·L,) targets, or (B, V, L) with (B, L).",
-    "no zero_grad": "the second step's update holds the first step's gradients too: the backward "
-    "pass adds to .grad, so every step clears the gradients before its backward pass.",
+    "padding counted": "the loss counts the padding positions too: only the real tokens count.",
+    "mean over all": "the pads are left out of the sum, but you divided by all B·L positions.",
+    "sum": "the loss is summed; it is the mean over the real positions.",
+    "softmax first": "you applied softmax before F.cross_entropy; it takes the raw scores.",
+    "nll on scores": "F.nll_loss expects log-probabilities; these are raw scores.",
+    "classes on axis 1": "F.cross_entropy read your (B, L, V) scores with the classes on axis 1, "
+    "the L positions. It takes (B·L, V) with (B·L,) targets, or (B, V, L) with (B, L).",
+    "no zero_grad": "the second step's update holds the first step's gradients too: backward "
+    "adds to .grad, so every step clears the gradients before its backward pass.",
     "zero_grad after backward": "the weights did not change. A step needs the backward pass, then "
     "the optimizer's step, and no clearing of the gradients between the two.",
     "no clipping": "the gradients were not clipped: clip_grad_norm_ on the model's parameters "
-    "with max_norm, after the backward pass and before the optimizer's step (before the backward "
-    "pass there is nothing to clip yet; after the step it is too late).",
+    "with max_norm, after the backward pass and before the optimizer's step.",
     "clip to 1.0": "the gradients were clipped to norm 1.0 instead of max_norm: use the argument.",
-    "clip by value": "clip_grad_value_ caps each number; the step clips the gradients' total "
-    "norm (clip_grad_norm_).",
-    "clip each parameter": "you clipped each parameter's gradient on its own; clip_grad_norm_ "
-    "takes all the model's parameters at once and scales them together, by their total norm.",
+    "clip by value": "clip_grad_value_ caps each number; the step clips the total norm.",
+    "clip each parameter": "you clipped each parameter's gradient on its own, not all together.",
 }
 
 
@@ -365,9 +297,8 @@ class _Tagger(nn.Module):
         return self.readout(x) * 3  # confident scores: large gradients, so the clipping acts
 
 
-def _train(step, model, tokens, targets, padding, steps, max_norm, case=None):
-    """``step`` run ``steps`` times with plain SGD on a copy of ``model`` (``case``: the learner's
-    step, in that case): (the losses, the weights after)."""
+def _train(model, tokens, targets, padding, steps, max_norm, *, flaw="", learner=None, case=None):
+    """(losses, weights after) of ``steps`` SGD steps of train_step, or the ``learner``'s."""
     model = copy.deepcopy(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     options = {} if max_norm is None else {"max_norm": max_norm}
@@ -375,19 +306,16 @@ def _train(step, model, tokens, targets, padding, steps, max_norm, case=None):
     with torch.enable_grad():
         for _ in range(steps):
             batch = (model, optimizer, tokens.clone(), targets.clone(), padding.clone())
-            if case is None:
-                losses.append(float(step(*batch, **options)))
+            if learner is None:
+                losses.append(float(train_step(*batch, **options, flaw=flaw)))
             else:
-                loss = call_candidate(step, case.name, *batch, crash_hint=_STEP_CRASH, **options)
+                loss = call_candidate(learner, case.name, *batch, crash_hint=_AXIS, **options)
                 losses.append(_as_number(loss, case.name))
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
     return torch.tensor(losses, dtype=torch.float64), weights.double()
 
 
-_STEP_CRASH = (
-    "F.cross_entropy takes the scores with the classes on axis 1: (N, V) with targets (N,) "
-    "(B and L flattened together, or only the real positions kept), or (B, V, L) with (B, L)."
-)
+_AXIS = "F.cross_entropy wants classes on axis 1: (N, V) with (N,) targets, (B, V, L) with (B, L)."
 
 
 def _as_number(loss, case: str) -> float:
@@ -408,54 +336,38 @@ def _as_number(loss, case: str) -> float:
 def _step_cases():
     g = torch.Generator().manual_seed(45)
 
-    def data(vocab_size, L, lengths, steps, max_norm, seed):  # the args of a Case
+    def data(vocab_size, L, lengths, steps, max_norm, seed):  # a Case's args
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = _Tagger(vocab_size, L)
-        tokens, targets = (
-            torch.randint(0, vocab_size, (len(lengths), L), generator=g) for _ in "tt"
-        )
+        tokens, targets = torch.randint(0, vocab_size, (2, len(lengths), L), generator=g)
         padding = torch.arange(L) >= torch.tensor(lengths)[:, None]
         return model, tokens, targets, padding, steps, max_norm
 
-    yield Case(
-        "one step; B = 3, L = V = 6, sequences of 6, 4 and 3 real tokens; max_norm = 100 (no "
-        "clipping)",
-        data(6, 6, [6, 4, 3], 1, 100.0, 0),
-    )
-    yield Case(
-        "two steps in a row on one batch; L = 5, V = 7; max_norm = 100",
-        data(7, 5, [5, 2], 2, 100.0, 1),
-    )
-    yield Case(
-        "one step with max_norm = 0.05: the gradients' total norm is larger, so it is clipped",
-        data(7, 5, [5, 3], 1, 0.05, 2),
-    )
-    yield Case(
-        "one step with the default max_norm (1.0), called without it",
-        data(5, 4, [4, 1, 2], 1, None, 3),
-    )
+    args = data(6, 6, [6, 4, 3], 1, 100.0, 0)
+    yield Case("one step; B = 3, L = V = 6, of 6, 4, 3 real tokens; max_norm 100: no clip", args)
+    args = data(7, 5, [5, 2], 2, 100.0, 1)
+    yield Case("two steps in a row on one batch; L = 5, V = 7; max_norm = 100", args)
+    args = data(7, 5, [5, 3], 1, 0.05, 2)
+    yield Case("one step with max_norm = 0.05: the gradients' norm is larger, clipped", args)
+    args = data(5, 4, [4, 1, 2], 1, None, 3)
+    yield Case("one step with the default max_norm (1.0), called without it", args)
 
 
-TRAIN_STEP = Table(
-    cases=_step_cases,
-    reference=functools.partial(_train, train_step),
-    mistakes=families.mistakes(
-        lambda flaw: functools.partial(_train, functools.partial(train_step, flaw=flaw)),
-        _STEP_WHY,
-        **_STEP_WHY,
-    ),
-    call=lambda candidate, case, table: _train(candidate, *case.args, case=case),
-    outputs=[
-        Out("your step's losses", 0, fallback=f"one step is: {_STEP}."),
-        Out("the weights after your step", 1, fallback=f"one step is: {_STEP}."),
-    ],
-    double=False,
-)
 check_train_step = exercise(
     "train_step",
     "04",
     reference=train_step,
     todo="Replace `raise NotImplementedError` in train_step: the loss, then the update.",
-    table=TRAIN_STEP,
+    table=Table(
+        cases=_step_cases,
+        reference=_train,
+        mistakes=families.flawed(_train, _STEP_WHY, **_STEP_WHY),
+        call=lambda candidate, case, table: _train(*case.args, learner=candidate, case=case),
+        outputs=[
+            Out("your step's losses", 0, fallback=_STEP),
+            Out("the weights after your step", 1, fallback=_STEP),
+        ],
+        double=False,
+    ),
 )
