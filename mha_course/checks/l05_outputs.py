@@ -1,6 +1,5 @@
-"""Lesson 05's exercises on a real pretrained encoder's outputs (all-MiniLM-L6-v2): sentence
-embeddings (``embed_sentences``), and what each head is worth, measured by switching it off
-(``head_ablation``). The references are the package's own, :mod:`mha_course.pretrained`."""
+"""Lesson 05's exercises on a pretrained encoder's outputs (all-MiniLM-L6-v2): sentence embeddings
+(``embed_sentences``), and each head's worth, measured by switching it off (``head_ablation``)."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import pretrained, reference
+from . import families
 from ._core import Mistake, exercise
 from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, call_diagnosed, require_tensor
@@ -20,14 +20,13 @@ from ._table import Case, Out, Table, call_diagnosed, require_tensor
 
 
 class SmallMiniLM(pretrained.MiniLM):
-    """The checker's model: a small random MiniLM (2 layers, E = 24) with the real WordPiece
-    tokenizer, all that ``embed_sentences`` needs, cheap to run; without ``encode``, which is the
-    package's own answer to this exercise."""
+    """The checker's model: a small random MiniLM (2 layers, E = 24) with the real tokenizer;
+    without ``encode``, the package's own answer to this exercise."""
 
     def encode(self, *args, **kwargs):
         raise AttributeError(
-            "the checker's model has no encode(): it is the course's version of this exercise. "
-            "The model's tokenize and its forward are the steps to use."
+            "the checker's model has no encode(), the course's version of this exercise: the "
+            "model's tokenize and its forward are the steps to use."
         )
 
 
@@ -73,34 +72,30 @@ def _embed(model, sentences, flaw=""):
 
 _EMBED_FLAWS = {
     "padding averaged in": "you averaged over every position, the padding too: a short "
-    "sentence's vector then depends on the longest sentence of its batch. Only its real tokens "
-    "count.",
-    "not normalised": "your vectors are the right means but not of length 1; each is divided by "
+    "sentence's vector then depends on its batch. Only its real tokens count.",
+    "not normalised": "your vectors are the right means but not of length 1: each is divided by "
     "its length (F.normalize), so that a dot product is a cosine.",
-    "sum, not normalised": "your vectors are sums of the real tokens, not of length 1; each is "
-    "divided by its length (F.normalize), and the count of tokens then does not matter.",
-    "normalised over the batch": "you normalised over the batch axis; each sentence's own vector "
-    "has length 1, its norm taken over the features.",
-    "[CLS]": "you took the [CLS] token's vector. all-MiniLM-L6-v2 was trained with the mean of "
-    "the real tokens as the sentence's vector, so that is what its similarities mean.",
+    "sum, not normalised": "your vectors are sums of the real tokens, not of length 1: divided by "
+    "its length (F.normalize), a vector no longer depends on the count of tokens.",
+    "normalised over the batch": "you normalised over the batch axis; each sentence's vector has "
+    "length 1, its norm taken over the features.",
+    "[CLS]": "you took the [CLS] token's vector; all-MiniLM-L6-v2 was trained with the mean of "
+    "the real tokens as the sentence's vector.",
     "max over the tokens": "you took the largest value of each feature; the sentence's vector is "
     "the mean of its real tokens.",
     "no attention_mask in the forward": "the model ran without the attention_mask, so the real "
-    "tokens attended to the padding: the model takes the tokenizer's attention_mask too.",
-    "no attention_mask at all": "the attention_mask is used nowhere: the model ran without it "
-    "(the real tokens attended to the padding) and the padding was averaged in.",
+    "tokens attended to the padding: the model takes it too.",
+    "no attention_mask at all": "the attention_mask is used nowhere: the real tokens attended to "
+    "the padding, which was averaged in.",
     "over the batch axis": "you pooled over the batch axis; a sentence's vector is the mean over "
-    "its own real tokens, the tokens' axis.",
+    "its own real tokens.",
     "over the batch axis, the padding in": "you averaged over the batch axis, the padding "
-    "included; a sentence's vector is the mean over its own real tokens, the tokens' axis.",
+    "included; a sentence's vector is the mean over its own real tokens.",
     "mask without a features axis": "the mask (N, L) needs an axis for the features to multiply "
-    "the hidden states (N, L, E): (N, L, 1), one factor per token.",
+    "the hidden states (N, L, E): (N, L, 1).",
     "counts without their axis": "the counts of real tokens are (N,): they need a length-1 axis, "
     "(N, 1), to divide the sums (N, E) row by row.",
 }
-_EMBED_MISTAKES = [
-    Mistake(flaw, functools.partial(_embed, flaw=flaw), why) for flaw, why in _EMBED_FLAWS.items()
-]
 
 
 def _embed_cases():
@@ -108,33 +103,30 @@ def _embed_cases():
     sentences = ["Which do you like better, coffee or tea?", "Hi!", "The cat sleeps all day."]
     yield Case("3 sentences of 12, 4 and 8 tokens", (model, sentences))
     yield Case("one sentence, no padding", (model, ["Attention is all you need."]))
-    sentences = ["The train to Paris leaves at nine o'clock tomorrow morning.", "Yes.", "Snow."]
-    yield Case(
-        "3 sentences, the longest first", (model, [*sentences, "How do I reset my password?"])
-    )
+    longest = ["The train to Paris leaves at nine o'clock tomorrow morning.", "Yes.", "Snow."]
+    yield Case("3 sentences, the longest first", (model, [*longest, "How do I reset my password?"]))
 
 
 EMBED = Table(
     cases=_embed_cases,
     reference=pretrained.embed_sentences,
-    mistakes=_EMBED_MISTAKES,
+    mistakes=families.flawed(_embed, _EMBED_FLAWS, **_EMBED_FLAWS),
     outputs=[
         Out(
             "the sentence vectors",
             shape_hint="one vector per sentence, (N, E): pool over the tokens.",
             fallback="each sentence's vector is the mean of its real tokens (attention_mask 1), "
-            "divided by its length (F.normalize does that) over the features.",
+            "divided by its length over the features.",
         )
     ],
     crash="the hidden states are (N, L, E) and the attention_mask (N, L): the mask needs a last "
-    "axis of size 1 to multiply every feature, and the pooling runs over the tokens.",
+    "axis of size 1 to multiply every feature.",
 )
 check_embed_sentences = exercise(
     "embed_sentences",
     "05",
     reference=pretrained.embed_sentences,
-    todo="Replace `raise NotImplementedError` with the steps from sentences to normalised mean "
-    "vectors.",
+    todo="Replace `raise NotImplementedError` with the steps to normalised mean vectors.",
     table=EMBED,
 )
 
@@ -190,34 +182,31 @@ ABLATION_CASES = (  # (name, layers, E, H, seed)
     ("3 layers of 4 heads, E = 16", 3, 16, 4, 0),
     ("2 layers of 2 heads, E = 12", 2, 12, 2, 1),
 )
-_OFF = {  # flaw -> what it zeroes to switch off head h, whose features are f = h·D … (h+1)·D − 1
-    "": lambda a, f, h, H: [a.out_proj.weight[:, f]],
-    "rows of W^O": lambda a, f, h, H: [a.out_proj.weight[f]],
-    "the shared bias too": lambda a, f, h, H: [a.out_proj.weight[:, f], a.out_proj.bias],
-    "a slice of the shared bias too": lambda a, f, h, H: [
-        a.out_proj.weight[:, f],
-        a.out_proj.bias[f],
-    ],
-    "queries or keys": lambda a, f, h, H: [a.q_proj.weight[f], a.q_proj.bias[f]],
-    "query weights": lambda a, f, h, H: [a.q_proj.weight[f]],
-    "value weights without their bias": lambda a, f, h, H: [a.v_proj.weight[f]],
-    "strided heads": lambda a, f, h, H: [a.out_proj.weight[:, h::H]],
-}
 
 
 def _ablation(model, score, flaw=""):
-    """``head_ablation`` with one classic ``flaw`` switched on (a key of :data:`_OFF`, or "heads
-    left off", "the sign", "scores, not drops")."""
+    """``head_ablation`` with one classic ``flaw`` switched on (a key of :data:`_ABLATION_FLAWS`)."""
     layers = model.encoder.layers
     H = layers[0].self_attn.num_heads
     base, drops = score(model), torch.zeros(len(layers), H, dtype=torch.float64)
     for i, layer in enumerate(layers):
         a = layer.self_attn
-        D = a.out_proj.weight.size(1) // H
+        w, b, q = a.out_proj.weight, a.out_proj.bias, a.q_proj
+        D = w.size(1) // H
         for h in range(H):
+            f = slice(h * D, (h + 1) * D)  # head h's features
+            off = {  # flaw -> what it zeroes to switch head h off
+                "rows of W^O": [w[f]],
+                "the shared bias too": [w[:, f], b],
+                "a slice of the shared bias too": [w[:, f], b[f]],
+                "queries or keys": [q.weight[f], q.bias[f]],
+                "query weights": [q.weight[f]],
+                "value weights without their bias": [a.v_proj.weight[f]],
+                "strided heads": [w[:, h::H]],
+            }
             kept = copy.deepcopy(a.state_dict())
             with torch.no_grad():
-                for t in _OFF.get(flaw, _OFF[""])(a, slice(h * D, (h + 1) * D), h, H):
+                for t in off.get(flaw, [w[:, f]]):
                     t.zero_()
             drops[i, h] = score(model) if flaw == "scores, not drops" else base - score(model)
             if flaw != "heads left off":
@@ -226,40 +215,36 @@ def _ablation(model, score, flaw=""):
 
 
 _COLUMNS = (
-    "head h's output is features h·D … (h+1)·D − 1 of the concatenation, and it meets W^O only "
-    "in those columns of out_proj.weight (an nn.Linear weight is (out_features, in_features)): "
-    "those columns are what switching the head off zeroes, inside torch.no_grad()."
+    "head h's output is features h·D … (h+1)·D − 1 of the concatenation, which meet W^O only in "
+    "those columns of out_proj.weight (an nn.Linear weight is (out_features, in_features)): "
+    "switching the head off zeroes those, inside torch.no_grad()."
 )
 _RESTORE = (
     "every switched-off head goes back before the next one, from a copy (.clone()) kept before "
     "zeroing: a slice of the weight is a view, zeroed with the weight."
 )
-_STILL_SENDS = "A head with no {} still sends on an output: {}. Switch off what the head sends on: "
+_SENDS = " Switch off what the head sends on: " + _COLUMNS
 _ABLATION_FLAWS = {
-    "rows of W^O": "you zeroed rows of out_proj.weight: those are output features, which every "
-    "head writes into. " + _COLUMNS,
-    "the shared bias too": "you zeroed out_proj.bias too. The bias of W^O is added once, for all "
-    "the heads together: it stays, and only the head's columns of out_proj.weight go.",
-    "a slice of the shared bias too": "you zeroed part of out_proj.bias too. The bias of W^O "
-    "belongs to no head (it is added once, after the heads are mixed): it stays, and only the "
-    "head's columns of out_proj.weight go.",
+    "rows of W^O": "you zeroed rows of out_proj.weight: output features, which every head "
+    "writes into. " + _COLUMNS,
+    "the shared bias too": "you zeroed out_proj.bias too; W^O's bias is added once, for all the "
+    "heads: only the head's columns of out_proj.weight go.",
+    "a slice of the shared bias too": "you zeroed part of out_proj.bias too; W^O's bias belongs "
+    "to no head (it is added after the heads are mixed): only the head's columns go.",
     "heads left off": "each head stayed off while the next ones were measured, so the drops add "
     "up along each row: " + _RESTORE,
-    "queries or keys": "you zeroed the head's queries (or keys). "
-    + _STILL_SENDS.format("query or no key", "it attends evenly to every token")
-    + _COLUMNS,
-    "query weights": "you zeroed the head's query weights. "
-    + _STILL_SENDS.format("query weights", "its attention now depends on the bias alone")
-    + _COLUMNS,
-    "value weights without their bias": "you zeroed the head's value weights but not their bias, "
-    "so every value is the bias and the head still outputs it. The bias rows go too, or the "
-    "output is switched off instead: " + _COLUMNS,
-    "strided heads": "you took head h as every H-th feature (h, h+H, ...). The concatenation "
-    "puts each head's D features side by side: head h is features h·D … (h+1)·D − 1.",
-    "the sign": "your numbers have the wrong sign. The drop is the score of the whole model minus "
-    "the score with the head off: positive when the head helped.",
-    "scores, not drops": "you returned the scores with each head off; the drops are the score of "
-    "the whole model minus each of those.",
+    "queries or keys": "you zeroed the head's queries (or keys): it then attends evenly to every "
+    "token, and still sends that on." + _SENDS,
+    "query weights": "you zeroed the head's query weights: its attention then depends on the bias "
+    "alone, and it still sends that on." + _SENDS,
+    "value weights without their bias": "you zeroed the head's value weights but not their bias: "
+    "every value is the bias, which the head still sends on." + _SENDS,
+    "strided heads": "you took head h as every H-th feature (h, h+H, ...); the concatenation puts "
+    "each head's D features side by side: h·D … (h+1)·D − 1.",
+    "the sign": "your numbers have the wrong sign: the drop is the whole model's score minus the "
+    "score with the head off.",
+    "scores, not drops": "you returned the scores with each head off; the drops are the whole "
+    "model's score minus each of those.",
 }
 _ABLATION_MISTAKES = [  # each run on a fresh copy of the case's model: mistakes change the model
     Mistake(f, lambda *c, f=f: _ablation(case_model(*c), case_score(*c), f), why)
@@ -271,8 +256,7 @@ def _ablation_crash(error: BaseException, case: Case) -> str | None:
     text = str(error)
     if "in-place operation" in text or "requires grad" in text:
         return (
-            "changing a parameter in place must not be recorded by autograd: it belongs inside a "
-            "torch.no_grad() block."
+            "autograd must not record a parameter changed in place: that goes in torch.no_grad()."
         )
     if isinstance(error, TypeError) and "positional argument" in text:
         return "score takes the model as its one argument, runs it and returns a number."
@@ -285,10 +269,7 @@ def _drops_shape(got, case: Case) -> str:
     layers, _, H, _ = case.args
     if tuple(got.shape) == (H, layers):
         return "layers and heads swapped: one row per layer, one column per head."
-    return (
-        "one drop per (layer, head): as many rows as the model has layers, as many columns as "
-        "each has heads (both taken from the model, not from the notebook)."
-    )
+    return "a drop per (layer, head): a row per layer, a column per head (the model's, not yours)."
 
 
 def _changed(model: nn.Module, fresh: nn.Module) -> str | None:
@@ -302,6 +283,18 @@ def _changed(model: nn.Module, fresh: nn.Module) -> str | None:
                 return f"{name}, columns {columns[0]} … {columns[-1]}"
             return name
     return None
+
+
+_INTEGER = "the drops are fractions, and an integer tensor cuts them off: the result is float."
+_HOOKS = "a hook registered stays until it is removed (the handle it returns has a remove method)."
+_DROPS = {  # how the drops are held
+    "shape_hint": _drops_shape,
+    "cause": lambda got, case: None if got.is_floating_point() else _INTEGER,
+    "fallback": "switch one head off at a time, score the model, put the head back; the drop is "
+    "the whole model's score minus that. " + _COLUMNS,
+    "atol": 1e-6,
+    "rtol": 1e-4,
+}
 
 
 @exercise(
@@ -322,36 +315,15 @@ def check_head_ablation(candidate) -> int:
         model, score = case_model(*sizes), case_score(*sizes)
         got = call_diagnosed(candidate, Case(case, (model, score)), (), _ablation_crash)
         expected = pretrained.head_ablation(case_model(*sizes), score)
-        require_tensor(
-            case,
-            "the drops per layer and head",
-            got,
-            expected,
-            _ABLATION_MISTAKES,
-            sizes,
-            shape_hint=_drops_shape,
-            cause=lambda got, case: (
-                None
-                if got.is_floating_point()
-                else "the drops are fractions, and an integer tensor cuts them off: the result is a "
-                "float tensor."
-            ),
-            fallback="switch one head off at a time, score the model, put the head back; the drop "
-            "is the whole model's score minus that. " + _COLUMNS,
-            atol=1e-6,
-            rtol=1e-4,
-        )
+        mistakes, what = _ABLATION_MISTAKES, "the drops per layer and head"
+        require_tensor(case, what, got, expected, mistakes, sizes, **_DROPS)
         if any(m._forward_hooks or m._forward_pre_hooks for m in model.modules()):
-            raise ExerciseFailure(
-                f"Case {case!r}: your drops are right, but afterwards the model still has hooks "
-                "on it, so it no longer computes what it did.\nLikely cause: every hook "
-                "registered is removed again (registering one returns a handle with a remove "
-                "method)."
-            )
-        where = _changed(model, case_model(*sizes))
-        if where is not None:
-            raise ExerciseFailure(
-                f"Case {case!r}: your drops are right, but afterwards the model is not as it was: "
-                f"{where} changed.\nLikely cause: {_RESTORE}"
-            )
+            after, cause = "the model still has hooks on it", _HOOKS
+        elif where := _changed(model, case_model(*sizes)):
+            after, cause = f"the model is not as it was: {where} changed", _RESTORE
+        else:
+            continue
+        raise ExerciseFailure(
+            f"Case {case!r}: your drops are right, but afterwards {after}.\nLikely cause: {cause}"
+        )
     return len(ABLATION_CASES)

@@ -1,6 +1,5 @@
-"""Lesson 08's attention of today's models: RoPE (``rotary``, and inside causal attention over
-a cache, ``rope_attention``), ALiBi's bias, grouped-query and sliding-window attention; each is
-held to the library's own, and its classic mistakes are written once, with a flaw switched on."""
+"""Lesson 08's attention of today's models: RoPE (``rotary``, and inside causal attention over a
+cache, ``rope_attention``), ALiBi's bias, grouped-query and sliding-window attention."""
 
 from __future__ import annotations
 
@@ -43,25 +42,24 @@ def _rope(x, positions, base=10000.0, interleaved=False, flaw=""):
 
 _ROTARY_TEXTS = {
     "neighbours always": "you paired neighbouring features (2i, 2i + 1), the interleaved layout; "
-    "without `interleaved` (the default, rotate half) feature i pairs with feature i + D/2.",
-    "halves always": "your rotation ignores `interleaved`: when it is true, pair i is two "
-    "neighbours, features 2i and 2i + 1 (Meta's Llama, GPT-J), not i and i + D/2.",
-    "put back as halves": "the interleaved pairs are the right ones, but their rotated values are "
-    "written back as two halves; each rotated feature goes back where it came from, 2i and 2i + 1.",
-    "positions ignored": "your rotation ignores `positions` and numbers the tokens 0, 1, 2, ... "
-    "With a KV cache they continue where the cache stopped: token t turns by positions[t] · θ_i.",
+    "by default (rotate half) feature i pairs with feature i + D/2.",
+    "halves always": "your rotation ignores `interleaved`: when it is true, pair i is features 2i "
+    "and 2i + 1 (Meta's Llama, GPT-J), not i and i + D/2.",
+    "put back as halves": "the interleaved pairs are right, but their rotated values are written "
+    "back as two halves, not where they came from, 2i and 2i + 1.",
+    "positions ignored": "your rotation ignores `positions` and numbers the tokens 0, 1, 2, ...; "
+    "with a KV cache they continue where the cache stopped.",
     "exponent i/D": "your frequencies are base^(-i/D); pair i turns by θ_i = base^(-2i/D).",
     "exponent 2i/D, positive": "your frequencies grow with i (base^(+2i/D)); θ_i = base^(-2i/D): "
-    "the first pair turns fastest, 1 radian per position.",
-    "rotated the other way": "you turned each pair by -p·θ_i (clockwise); +p·θ_i turns the "
-    "first feature of a pair towards the second.",
-    "cos and sin swapped": "cos and sin are swapped: at position 0 (angle 0) the rotation leaves "
-    "x unchanged, since cos(0) = 1.",
+    "the first pair turns fastest.",
+    "rotated the other way": "you turned each pair by -p·θ_i (clockwise); +p·θ_i turns the first "
+    "feature of a pair towards the second.",
+    "cos and sin swapped": "cos and sin are swapped: at position 0 the rotation leaves x as it is.",
 }
-
-
 _SIGNATURE = "the skeleton's rotary takes an `interleaved` argument (false by default): keep it."
 _SHAPES = "x is (..., L, D): the angles are (L, D/2), one per token and pair, like x's pairs."
+_X_SHAPE = "the result has x's shape: each feature is replaced by its rotated one."
+_ROTATED = "check the pairs (i and i + D/2; 2i and 2i + 1 when interleaved) and the angle p·θ_i."
 
 
 def _rotary_cases():
@@ -82,8 +80,7 @@ def _same_dtype(case: Case, got, expected) -> None:
     if isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype != x.dtype:
         raise ExerciseFailure(
             f"Case {case.name!r}: your result is {got.dtype}, expected {x.dtype}, the dtype of x."
-            "\nLikely cause: the angles may be computed in any precision, but cos and sin are "
-            "brought back to x's dtype before they meet x."
+            "\nLikely cause: cos and sin are brought back to x's dtype before they meet x."
         )
 
 
@@ -103,14 +100,7 @@ check_rotary = exercise(
         double=False,
         mistakes=families.flawed(_rope, _ROTARY_TEXTS, **_ROTARY_TEXTS),
         shape_checks=[_same_dtype],
-        outputs=[
-            Out(
-                "the rotated features",
-                shape_hint="the result has x's shape: each feature is replaced by its rotated one.",
-                fallback="check which features pair up (i and i + D/2; 2i and 2i + 1 when "
-                "interleaved) and the angle p·θ_i, θ_i = base^(-2i/D).",
-            )
-        ],
+        outputs=[Out("the rotated features", shape_hint=_X_SHAPE, fallback=_ROTATED)],
         crash=lambda error, case: _SIGNATURE if "interleaved" in str(error) else _SHAPES,
     ),
 )
@@ -137,16 +127,19 @@ def _rope_attention(q, k, v, positions, rotate, flaw=""):
 
 
 _ROPE_TEXTS = {
-    "values rotated": "you rotated the values too. RoPE turns only queries and keys, so that "
-    "their dot product (the score) depends on the offset; the values stay as they are.",
+    "values rotated": "you rotated the values too; RoPE turns only queries and keys, so that their "
+    "dot product depends on the offset.",
     "queries at the first positions": "the queries are rotated as the first tokens, not the last L.",
-    "keys not rotated": "only the queries are rotated; the keys turn too, each by its own "
-    "position, so that q_m · k_n depends on m - n.",
+    "keys not rotated": "only the queries are rotated; the keys turn too, each by its position.",
     "queries not rotated": "only the keys are rotated; the queries turn too, by their positions.",
     "causal top-left": families.CAUSAL["causal top-left"],
     "mask ignored": "there is no causal mask: a query must not see the keys after its own token.",
     "off-by-one diagonal": families.CAUSAL["off-by-one diagonal"],
 }
+
+
+_ROWS = "the output has one row per query, "
+_ROPE = "q and k (not v) turn by their own positions, then causal attention with the scale 1/√D."
 
 
 def _rope_attention_cases():
@@ -170,14 +163,7 @@ check_rope_attention = exercise(
         cases=_rope_attention_cases,
         reference=rope_attention,
         mistakes=families.flawed(_rope_attention, _ROPE_TEXTS, **_ROPE_TEXTS),
-        outputs=[
-            Out(
-                "the outputs",
-                shape_hint="the output has one row per query, like q: (B, H, L, D).",
-                fallback="q and k (not v) turn by their own positions, then causal attention "
-                "with the scale 1/√D.",
-            )
-        ],
+        outputs=[Out("the outputs", shape_hint=_ROWS + "like q: (B, H, L, D).", fallback=_ROPE)],
         crash="q is (B, H, L, D) and k, v (B, H, S, D): q turns by the positions of its L "
         "tokens and k by all S; the causal mask is (L, S).",
     ),
@@ -232,23 +218,36 @@ _SLOPES = f"H a power of two: 2^(-8/H), its square, its cube, ...; any other H: 
 _ALIBI_TEXTS = {
     "slopes reversed": f"your slopes are in reverse order: head 0 has the steepest ({_SLOPES}).",
     "wrong sign": "the bias has the wrong sign: a key further back gets a *lower* score, "
-    "-m_h · (i - j), negative below the diagonal.",
+    "-m_h · (i - j).",
     "exponent h instead of h + 1": "your first slope is 1 (2^0); the sequence starts at 2^(-8/H).",
     "the 8 missing": "your slopes are 2^(-(h+1)/H): the exponent lacks a factor 8 (1/2 .. 1/256).",
-    "eight heads' slopes": "your slopes are 1/2, 1/4, 1/8, ...: right for 8 heads only (lesson "
-    f"02's). They depend on H: {_SLOPES}.",
+    "eight heads' slopes": "your slopes are 1/2, 1/4, 1/8, ...: right for 8 heads only. They "
+    f"depend on H: {_SLOPES}.",
     "one sequence for any H": "your slopes are 2^(-8(h+1)/H) for an H that is not a power of "
-    f"two; the paper's rule for such an H: {_RULE} (the ones between those of P).",
+    f"two; the paper's rule for such an H: {_RULE}.",
     "extra slopes in a row": "the heads after the first P take 2P's slopes in a row; they take "
-    "every other one, those that fall between P's slopes.",
+    "every other one, between P's slopes.",
     "extra slopes repeated": "the heads after the first P repeat slopes that P's heads already "
-    "have; they take 2P's other slopes, those that fall between P's.",
+    "have; they take 2P's others, between P's.",
     "queries at the first positions": "your queries sit at positions 0 .. L - 1; they are the "
-    "last L of the S tokens (a KV cache holds the others), so query i is at position S - L + i.",
+    "last L of the S tokens: query i is at position S - L + i.",
     "BLOOM's form m·j": "yours is m_h · j (BLOOM's form), which differs from -m_h · (i - j) by "
-    "m_h · i, the same for every key of a row (the softmax ignores it); the exercise asks for "
-    "the bias itself, 0 where a query meets its own token.",
+    "m_h · i per row (the softmax ignores it); the exercise asks for the bias itself.",
 }
+_BIASES = {
+    "shape_hint": "one bias per head, query and key: (num_heads, L, S).",
+    "fallback": f"bias[h, i, j] = -m_h · (how far key j is behind query i); {_SLOPES}.",
+}
+_ALIBI_CASES = [(8, 5, 5), (4, 6, 6), (16, 3, 3), (1, 4, 4), (2, 3, 7), (8, 1, 9), (12, 4, 4)]
+_ALIBI_CASES += [(6, 5, 5), (3, 2, 6)]  # H, L, S
+
+
+def _alibi_cases():
+    for H, L, S in _ALIBI_CASES:
+        tokens = f"L = S = {L}" if L == S else f"the last {L} of {S} tokens"
+        yield Case(f"H = {H}, {tokens}", (H, L, S))
+
+
 check_alibi_bias = exercise(
     "alibi_bias",
     "08",
@@ -259,25 +258,11 @@ check_alibi_bias = exercise(
         "the course's alibi_slopes (mha_course)": alibi.alibi_slopes,
     },
     table=Table(
-        cases=lambda: [
-            Case(
-                f"H = {H}, " + (f"L = S = {L}" if L == S else f"the last {L} of {S} tokens"),
-                (H, L, S),
-            )
-            for H, L, S in [(8, 5, 5), (4, 6, 6), (16, 3, 3), (1, 4, 4), (2, 3, 7), (8, 1, 9)]
-            + [(12, 4, 4), (6, 5, 5), (3, 2, 6)]
-        ],
+        cases=_alibi_cases,
         reference=alibi_bias,
         mistakes=families.flawed(_alibi, _ALIBI_TEXTS, **_ALIBI_TEXTS),
         shape_checks=[_float],
-        outputs=[
-            Out(
-                "the biases (where key j is not after query i)",
-                _causal_part,
-                shape_hint="one bias per head, query and key: (num_heads, L, S).",
-                fallback=f"bias[h, i, j] = -m_h · (how far key j is behind query i); {_SLOPES}.",
-            )
-        ],
+        outputs=[Out("the biases (where key j is not after query i)", _causal_part, **_BIASES)],
         crash="the slopes are (H,) and the distances (L, S): a slope per head times a distance "
         "per query and key broadcasts to (H, L, S).",
     ),
@@ -306,9 +291,11 @@ _INTERLEAVE = (
     "query head h reads key/value head h // G, G = H / H_kv: heads 0..G-1 share key/value head "
     "0, the next G share head 1, and so on (what torch's enable_gqa does)"
 )
+_EVERY_HEAD = "a row per query of every query head."
+_READS = f"check which key/value head each query head reads: {_INTERLEAVE}."
 _GQA_TEXTS = {
     "repeat instead of repeat_interleave": "your query heads read the key/value heads in turn, h "
-    f"% H_kv: whole copies stacked (0, 1, 0, 1, ...). The grouping is consecutive: {_INTERLEAVE}.",
+    f"% H_kv (0, 1, 0, 1, ...); the grouping is consecutive: {_INTERLEAVE}.",
     "h // H_kv": "your query head h reads key/value head h // H_kv; the division is by the group "
     f"size G = H / H_kv: {_INTERLEAVE}.",
 }
@@ -340,11 +327,13 @@ def _gqa_cases():
     ]:
         mask = {} if mask is None else {"attn_mask": mask}
         yield Case(name, (randn(*q), randn(*kv, q[-1]), randn(*kv, Dv)), mask)
+    bad = (randn(1, 6, 3, 8), randn(1, 4, 3, 8), randn(1, 4, 3, 8))
+    why = "6 query heads cannot share 4 key/value heads equally: H must be a multiple of H_kv"
     yield Case(
         "6 query heads, 4 key/value heads: 6 is not a multiple of 4",
-        (randn(1, 6, 3, 8), randn(1, 4, 3, 8), randn(1, 4, 3, 8)),
+        bad,
         raises=("multiple",),
-        why="6 query heads cannot share 4 key/value heads equally: H must be a multiple of H_kv",
+        why=why,
     )
 
 
@@ -363,13 +352,8 @@ check_grouped_query_attention = exercise(
         mistakes=families.flawed(_gqa, _GQA_FLAWS, **_GQA_TEXTS),
         shape_checks=[pair("output", "weights")],
         outputs=[
-            Out("the weights", 1, shape_hint="(B, H, L, S): a row per query of every query head."),
-            Out(
-                "the outputs",
-                0,
-                shape_hint="(B, H, L, Dv): a row per query of every query head.",
-                fallback=f"check which key/value head each query head reads: {_INTERLEAVE}.",
-            ),
+            Out("the weights", 1, shape_hint="(B, H, L, S): " + _EVERY_HEAD),
+            Out("the outputs", 0, shape_hint="(B, H, L, Dv): " + _EVERY_HEAD, fallback=_READS),
         ],
         crash=_gqa_crash,
     ),
@@ -393,19 +377,17 @@ def _window(q, k, v, window, flaw=""):
 
 
 _WINDOW = "query i sees keys i - window + 1 .. i: `window` keys, itself included"
+_WINDOW_SCALE = f"check the window ({_WINDOW}) and the scale 1/√D."
 _WINDOW_TEXTS = {
     "one key too many": f"your window holds window + 1 keys: {_WINDOW}.",
     "one key too many, in blocks": f"your mask lets a query see window + 1 keys: {_WINDOW}.",
     "one key too few": f"your window holds window - 1 keys: {_WINDOW}.",
-    "not causal": "your window looks ahead too: a query also sees up to window - 1 keys after "
-    f"it. A decoder's window is causal: {_WINDOW}.",
-    "no causal part inside the window": "inside the window a query also sees the keys after "
-    "it, up to the end of its block of queries: the mask keeps the window's far edge but not "
-    f"the causal part. {_WINDOW}.",
-    "window ignored": "your result is plain causal attention: every query sees all the keys "
-    f"before it. The window limits that: {_WINDOW}.",
+    "not causal": f"your window looks ahead too: a decoder's window is causal, {_WINDOW}.",
+    "no causal part inside the window": "inside the window a query also sees the keys after it, "
+    f"up to the end of its block of queries: {_WINDOW}.",
+    "window ignored": f"your result is plain causal attention; the window limits it: {_WINDOW}.",
     "each block on its own": "each block of queries attends only to the keys of its own block; "
-    "the first queries of a block reach back into the block before (keys from s - window + 1).",
+    "the first queries of a block reach back into the block before.",
     "no scale": families.ATTENTION["no scale"],
 }
 
@@ -416,8 +398,8 @@ def _call_window(candidate, case: Case, table: Table):
     if case.name.startswith("memory") and builds(candidate, case.name, case.args, (L, L), ""):
         raise ExerciseFailure(
             f"Case {case.name!r}: your function builds an (L, L) = ({L}, {L}) tensor (the "
-            "scores, or a mask).\nLikely cause: all the queries at once. The point of the window "
-            "is never to need them all: a block of queries at a time, with the keys it reaches."
+            "scores, or a mask).\nLikely cause: all the queries at once; the window's point is "
+            "never to need them all, but a block of queries at a time."
         )
     return got
 
@@ -451,16 +433,9 @@ check_sliding_window_attention = exercise(
         reference=modern.sliding_window_attention,
         mistakes=families.flawed(_window, _WINDOW_TEXTS, **_WINDOW_TEXTS),
         call=_call_window,
-        outputs=[
-            Out(
-                "outputs",
-                shape_hint="the output is (..., L, Dv).",
-                fallback=f"check the window ({_WINDOW}) and the scale 1/√D.",
-            )
-        ],
+        outputs=[Out("outputs", shape_hint="the output is (..., L, Dv).", fallback=_WINDOW_SCALE)],
         crash="a shape mix-up. A block of queries and the keys its windows reach give scores "
-        "(..., queries of the block, keys reached); the block's mask has the same last two "
-        "sizes. The last block may be shorter.",
+        "(..., queries of the block, keys reached), as its mask. The last block may be shorter.",
         atol=1e-6,
         rtol=1e-6,
     ),
