@@ -36,9 +36,8 @@ def _small_model() -> SmallMiniLM:
 
     tokenizer = Tokenizer.from_file(str(pretrained.model_directory() / "tokenizer.json"))
     tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-    config = pretrained.MiniLMConfig(
-        hidden_size=24, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48
-    )
+    sizes = dict(hidden_size=24, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
+    config = pretrained.MiniLMConfig(**sizes)
     with torch.random.fork_rng():
         torch.manual_seed(52)
         return SmallMiniLM(config, tokenizer).eval()
@@ -107,18 +106,13 @@ def _embed_cases():
     yield Case("3 sentences, the longest first", (model, [*longest, "How do I reset my password?"]))
 
 
+_ONE_EACH = "one vector per sentence, (N, E): pool over the tokens."
+_MEAN = "each sentence's vector is the mean of its real tokens (attention_mask 1), of length 1."
 EMBED = Table(
     cases=_embed_cases,
     reference=pretrained.embed_sentences,
     mistakes=families.flawed(_embed, _EMBED_FLAWS, **_EMBED_FLAWS),
-    outputs=[
-        Out(
-            "the sentence vectors",
-            shape_hint="one vector per sentence, (N, E): pool over the tokens.",
-            fallback="each sentence's vector is the mean of its real tokens (attention_mask 1), "
-            "divided by its length over the features.",
-        )
-    ],
+    outputs=[Out("the sentence vectors", shape_hint=_ONE_EACH, fallback=_MEAN)],
     crash="the hidden states are (N, L, E) and the attention_mask (N, L): the mask needs a last "
     "axis of size 1 to multiply every feature.",
 )
@@ -196,22 +190,22 @@ def _ablation(model, score, flaw=""):
         for h in range(H):
             f = slice(h * D, (h + 1) * D)  # head h's features
             off = {  # flaw -> what it zeroes to switch head h off
-                "rows of W^O": [w[f]],
-                "the shared bias too": [w[:, f], b],
-                "a slice of the shared bias too": [w[:, f], b[f]],
-                "queries or keys": [q.weight[f], q.bias[f]],
+                "rows": [w[f]],
+                "bias": [w[:, f], b],
+                "bias slice": [w[:, f], b[f]],
+                "queries": [q.weight[f], q.bias[f]],
                 "query weights": [q.weight[f]],
-                "value weights without their bias": [a.v_proj.weight[f]],
-                "strided heads": [w[:, h::H]],
+                "values": [a.v_proj.weight[f]],
+                "strided": [w[:, h::H]],
             }
             kept = copy.deepcopy(a.state_dict())
             with torch.no_grad():
                 for t in off.get(flaw, [w[:, f]]):
                     t.zero_()
-            drops[i, h] = score(model) if flaw == "scores, not drops" else base - score(model)
-            if flaw != "heads left off":
+            drops[i, h] = score(model) if flaw == "scores" else base - score(model)
+            if flaw != "left off":
                 a.load_state_dict(kept)
-    return -drops if flaw == "the sign" else drops
+    return -drops if flaw == "sign" else drops
 
 
 _COLUMNS = (
@@ -225,26 +219,21 @@ _RESTORE = (
 )
 _SENDS = " Switch off what the head sends on: " + _COLUMNS
 _ABLATION_FLAWS = {
-    "rows of W^O": "you zeroed rows of out_proj.weight: output features, which every head "
-    "writes into. " + _COLUMNS,
-    "the shared bias too": "you zeroed out_proj.bias too; W^O's bias is added once, for all the "
-    "heads: only the head's columns of out_proj.weight go.",
-    "a slice of the shared bias too": "you zeroed part of out_proj.bias too; W^O's bias belongs "
-    "to no head (it is added after the heads are mixed): only the head's columns go.",
-    "heads left off": "each head stayed off while the next ones were measured, so the drops add "
-    "up along each row: " + _RESTORE,
-    "queries or keys": "you zeroed the head's queries (or keys): it then attends evenly to every "
-    "token, and still sends that on." + _SENDS,
+    "rows": "you zeroed rows of out_proj.weight: output features, which every head writes into. "
+    + _COLUMNS,
+    "bias": "you zeroed out_proj.bias too; W^O's bias is added once, for all the heads.",
+    "bias slice": "you zeroed part of out_proj.bias too; W^O's bias belongs to no head.",
+    "left off": "each head stayed off while the next ones were measured, so the drops add up along "
+    "each row: " + _RESTORE,
+    "queries": "you zeroed the head's queries (or keys): it then attends evenly to every token, "
+    "and still sends that on." + _SENDS,
     "query weights": "you zeroed the head's query weights: its attention then depends on the bias "
     "alone, and it still sends that on." + _SENDS,
-    "value weights without their bias": "you zeroed the head's value weights but not their bias: "
-    "every value is the bias, which the head still sends on." + _SENDS,
-    "strided heads": "you took head h as every H-th feature (h, h+H, ...); the concatenation puts "
-    "each head's D features side by side: h·D … (h+1)·D − 1.",
-    "the sign": "your numbers have the wrong sign: the drop is the whole model's score minus the "
-    "score with the head off.",
-    "scores, not drops": "you returned the scores with each head off; the drops are the whole "
-    "model's score minus each of those.",
+    "values": "you zeroed the head's value weights but not their bias: every value is the bias, "
+    "which the head still sends on." + _SENDS,
+    "strided": "you took head h as every H-th feature (h, h+H, ...); its D features are together.",
+    "sign": "your numbers have the wrong sign: the drop is the score with the head minus without.",
+    "scores": "you returned the scores with each head off, not the drops from the whole model's.",
 }
 _ABLATION_MISTAKES = [  # each run on a fresh copy of the case's model: mistakes change the model
     Mistake(f, lambda *c, f=f: _ablation(case_model(*c), case_score(*c), f), why)
@@ -255,9 +244,7 @@ _ABLATION_MISTAKES = [  # each run on a fresh copy of the case's model: mistakes
 def _ablation_crash(error: BaseException, case: Case) -> str | None:
     text = str(error)
     if "in-place operation" in text or "requires grad" in text:
-        return (
-            "autograd must not record a parameter changed in place: that goes in torch.no_grad()."
-        )
+        return "autograd must not record changes to a parameter: they go in torch.no_grad()."
     if isinstance(error, TypeError) and "positional argument" in text:
         return "score takes the model as its one argument, runs it and returns a number."
     if isinstance(error, AttributeError) and "num_heads" in text:
@@ -301,8 +288,7 @@ _DROPS = {  # how the drops are held
     "head_ablation",
     "05",
     reference=pretrained.head_ablation,
-    todo="Replace `raise NotImplementedError` with the loop that switches each head off, scores "
-    "the model, and puts the head back.",
+    todo="Replace `raise NotImplementedError` with the loop that switches each head off and back.",
     own_work={
         "the course's heads_off": pretrained.heads_off,
         "the course's head_ablation": pretrained.head_ablation,

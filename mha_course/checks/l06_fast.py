@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import replace
+from functools import partial
 from operator import itemgetter
 
 import torch
@@ -36,8 +37,7 @@ def attention_cost(B: int, H: int, L: int, S: int, D: int, dtype: torch.dtype) -
     }
 
 
-# "entry: mistake" -> the entry counted on other sizes ({"S": "L"}: L in S's place), or as
-# count(right counts c, sizes s)
+# "entry: mistake" -> the entry counted on other sizes ({"S": "L"}: L in S's place), or count(c, s)
 _COUNTED_WRONG = {
     "flops: half": lambda c, s: c["flops"] // 2,
     "flops: one matmul's multiply-adds": lambda c, s: c["flops"] // 4,
@@ -60,60 +60,48 @@ _COUNTED_WRONG = {
     "unfused_bytes: scores and weights never read": lambda c, s: _bytes(**s, passes=2),
     "unfused_bytes: one score tensor": lambda c, s: _bytes(**s, passes=1),
     "unfused_bytes: three passes": lambda c, s: _bytes(**s, passes=3),
-    "unfused_bytes: the scale as an operation": lambda c, s: _bytes(**s, passes=6),
+    "unfused_bytes: six passes": lambda c, s: _bytes(**s, passes=6),
     "unfused_bytes: the same as fused": lambda c, s: c["fused_bytes"],
     "unfused_bytes: elements": {"dtype": torch.uint8},
     "unfused_bytes: k and v of length L": lambda c, s: _bytes(**s, passes=4, keys=s["L"]),
 }
 _PASSES = "the scores and the weights are each written by one operation and read back by the next."
 _WHY = {
-    "half": "you counted half: one of the two matmuls (Q Kᵀ, weights × V), or a multiply-add as 1 "
-    "FLOP instead of 2.",
+    "half": "you counted half: one of the two matmuls, or a multiply-add as 1 FLOP, not 2.",
     "one matmul's multiply-adds": "you counted one matmul's multiply-adds: a multiply-add is 2 "
     "FLOPs, and there are two matmuls.",
-    "no H": "the heads are missing: each of the H heads has its own scores, matmuls, q, k, v and "
-    "output.",
+    "no H": "the heads are missing: each of the H heads has its own scores, q, k, v and output.",
     "L·L": "you used L·L: there is one score per query and key, L·S (in cross-attention S "
     "differs from L).",
     "S·S": "you used S·S: there is one score per query and key, L·S.",
     "bits": "you counted bits; a byte is 8 bits.",
-    "4 bytes": "you used 4 bytes per number whatever the dtype; it is dtype.itemsize (2 for "
-    "float16).",
+    "4 bytes": "you used 4 bytes per number whatever the dtype: it is dtype.itemsize.",
     "elements": "you counted numbers, not bytes: each number takes dtype.itemsize bytes.",
-    "no output": "you counted what the fused kernel reads (q, k, v) but not what it writes, the "
-    "output (B, H, L, D).",
+    "no output": "you counted what the fused kernel reads but not what it writes, the output.",
     "k and v of length L": "k and v hold S keys, (B, H, S, D), not L: in cross-attention S "
     "differs from L.",
     "the scores counted": "you counted a (B, H, L, S) tensor in the fused kernel's traffic. Its "
-    "tiles of scores stay in fast memory: it moves q, k, v and the output only.",
+    "tiles of scores stay in fast memory.",
     "every score tensor counted": "your fused count has the passes over the scores and weights: "
-    "that is the unfused version. A fused kernel moves q, k, v and the output only.",
-    "the score tensors only": "you counted the passes over the (B, H, L, S) tensors only; q, k "
-    "and v are read and the output written too.",
+    "that is the unfused version.",
+    "the score tensors only": "you counted the passes over the (B, H, L, S) tensors only, not q, "
+    "k, v and the output.",
     "scores and weights never read": f"you counted the scores and weights once each; {_PASSES}",
     "one score tensor": f"you counted one pass over a (B, H, L, S) tensor; {_PASSES}",
-    "three passes": "you counted three passes over (B, H, L, S) tensors; there are four: "
-    + _PASSES,
-    "the scale as an operation": "you counted six passes, the scale as an operation of its own; "
-    "there are three: the scaled scores, the softmax, weights × V.",
+    "three passes": f"you counted three passes; there are four: {_PASSES}",
+    "six passes": "you counted the scale as an operation of its own: six passes, not four.",
     "the same as fused": "your unfused count is the fused one; the unfused version also writes "
     "the scores and the weights to main memory and reads them back.",
 }
 
 
-def _counted_wrong(flaw: str):
+def _counted_wrong(flaw: str, B, H, L, S, D, dtype):
     """``attention_cost`` with one entry counted wrong (a key of :data:`_COUNTED_WRONG`)."""
-    key, change = flaw.split(": ")[0], _COUNTED_WRONG[flaw]
-
-    def run(B, H, L, S, D, dtype):
-        s = dict(B=B, H=H, L=L, S=S, D=D, dtype=dtype)
-        c = attention_cost(**s)
-        if callable(change):
-            return {**c, key: change(c, s)}
-        other = {name: s.get(size, size) for name, size in change.items()}
-        return {**c, key: attention_cost(**{**s, **other})[key]}
-
-    return run
+    s = dict(B=B, H=H, L=L, S=S, D=D, dtype=dtype)
+    key, change, c = flaw.split(": ")[0], _COUNTED_WRONG[flaw], attention_cost(**s)
+    if callable(change):
+        return {**c, key: change(c, s)}
+    return {**c, key: attention_cost(**{**s, **{k: s.get(v, v) for k, v in change.items()}})[key]}
 
 
 def _extra_work(got, case: Case) -> str | None:
@@ -142,8 +130,8 @@ def _a_dict(case: Case, got, expected) -> None:
         )
 
 
-_FALLBACK = {  # the FLOPs, then the bytes
-    "flops": "each matmul is 2·B·H·L·S·D: B·H·L·S·D multiply-adds, of 2 FLOPs each.",
+_FLOPS = "each matmul is 2·B·H·L·S·D: B·H·L·S·D multiply-adds, of 2 FLOPs each."
+_BYTES = {
     "score_bytes": "one number per sequence, head, query and key, each dtype.itemsize bytes.",
     "fused_bytes": "a fused kernel reads q (B, H, L, D), k and v (B, H, S, D), and writes the "
     "output (B, H, L, D), each number dtype.itemsize bytes.",
@@ -160,16 +148,13 @@ _COST_CASES = [  # the first has sizes no two mistakes confuse
 COST = Table(
     cases=lambda: (Case(name, tuple(sizes)) for name, *sizes in _COST_CASES),
     reference=attention_cost,
-    mistakes=[Mistake(f, _counted_wrong(f), _WHY[f.split(": ")[1]]) for f in _COUNTED_WRONG],
+    mistakes=[
+        Mistake(f, partial(_counted_wrong, f), _WHY[f.split(": ")[1]]) for f in _COUNTED_WRONG
+    ],
     shape_checks=[_a_dict],
     outputs=[
-        Out(
-            f'the {"FLOPs" if key == "flops" else "bytes"} ("{key}")',
-            itemgetter(key),
-            cause=_extra_work if key == "flops" else None,
-            fallback=why,
-        )
-        for key, why in _FALLBACK.items()
+        Out('the FLOPs ("flops")', itemgetter("flops"), cause=_extra_work, fallback=_FLOPS),
+        *(Out(f'the bytes ("{k}")', itemgetter(k), fallback=why) for k, why in _BYTES.items()),
     ],
     crash="the sizes are ints and dtype a torch.dtype such as torch.float16; its bytes per number "
     "are dtype.itemsize.",
@@ -194,7 +179,7 @@ def _blocked(flaw: str, j: int, width: int, L: int, device) -> torch.Tensor:
     return {**future, "causal without the diagonal": key >= query}.get(flaw, key > query)
 
 
-_NO_DIVISION = ("each block normalised", "blocks averaged", "not divided", "divided in the loop")
+_NO_DIVISION = ("each block normalised", "blocks averaged", "not divided", "divided early")
 
 
 def _blocks(q, k, v, block_size, is_causal=False, return_lse=False, flaw=""):
@@ -225,7 +210,7 @@ def _blocks(q, k, v, block_size, is_causal=False, return_lse=False, flaw=""):
         total = total * (1.0 if flaw in ("sum not rescaled", "nothing rescaled") else kept)
         o = o * (1.0 if flaw in ("output not rescaled", "nothing rescaled") else kept)
         total, o, m = total + p.sum(dim=-1, keepdim=True), o + p @ v_j, m_new
-        o = o / total if flaw == "divided in the loop" else o
+        o = o / total if flaw == "divided early" else o
     out = o if flaw in _NO_DIVISION else o / total
     if not return_lse:
         return out
@@ -246,35 +231,27 @@ _EACH_BLOCK = (
     "keys, known only after the loop."
 )
 _BLOCK_FLAWS = {  # the causal ones first: on a case without the flag they change nothing
-    "causal ignored": "the causal flag is ignored: every query attended to every key. Query i "
-    "may attend only to keys 0..i.",
+    "causal ignored": "the causal flag is ignored: every query attended to every key.",
     "causal block positions": "the mask is right in the first block only: a key's position is "
     "the block's start j plus its index inside the block.",
     "causal upper triangle": families.CAUSAL["causal upper triangle"],
-    "causal strict future": "the causal mask is inverted: query i attended to the keys after it, "
-    "not to keys 0..i (itself included).",
+    "causal strict future": "the causal mask is inverted: query i attended to the keys after it.",
     "causal without the diagonal": families.CAUSAL["causal without the diagonal"],
     "mask filled with 0": families.MASK["mask filled with 0"],
     "causal after exp": "NaN: the mask was applied after the exp, so the running max includes "
     "scores of keys the query may not see: its own exponentials underflow to 0, and ℓ = 0.",
     "sum not rescaled": _RESCALE.format("sum ℓ") + "the new block's sum is added.",
     "output not rescaled": _RESCALE.format("output o") + "the new block's values are added.",
-    "nothing rescaled": "nothing is rescaled when the running max rises: ℓ and o, summed under "
-    "the old max m, both take the factor e^(m − m_new).",
-    "block max": "m must be the running max over all the blocks so far; with a block's own max, "
-    "e^(m − m_new) overflows when a later block's scores are much smaller.",
-    "max not subtracted": "exp overflowed: the running max is not subtracted; with it subtracted "
-    "before each exp, every exponential is at most 1.",
-    "divided in the loop": "you divided by the running sum inside the loop, so the next block "
-    "adds unnormalised values to a normalised o.",
+    "nothing rescaled": "nothing is rescaled: when the max rises, ℓ and o both take e^(m − m_new).",
+    "block max": "m must be the running max over all the blocks so far, not this block's own.",
+    "max not subtracted": "exp overflowed: the running max is not subtracted before each exp.",
+    "divided early": "you divided by the running sum inside the loop, before every block is in.",
     "each block normalised": _EACH_BLOCK,
     "blocks averaged": _EACH_BLOCK,
-    "last block only": "your result is the attention over the last block of keys only: the loop "
-    "overwrites ℓ and o instead of adding to them.",
+    "last block only": "the result covers the last block of keys only: ℓ and o are overwritten.",
     "not divided": "o is the unnormalised sum Σ e^(s − m) v; the softmax needs one division by "
     "the running sum ℓ, after the loop.",
-    "lse: log of the sum": "your log-sum-exp is log ℓ alone; ℓ sums e^(s − m), so log Σ e^s is "
-    "m + log ℓ.",
+    "lse: log of the sum": "your log-sum-exp is log ℓ alone; log Σ e^s is m + log ℓ.",
     "lse: the max": "your log-sum-exp is the running max m alone; log Σ e^s = m + log ℓ.",
     "lse: no log": "your log-sum-exp is m + ℓ; it is m + log ℓ (ℓ sums e^(s − m)).",
     "no scale": families.ATTENTION["no scale"],
@@ -298,8 +275,7 @@ def _block_cases():
         "huge scores (about ±1000; exp overflows above ~710 in float64): q × 300, block_size 4",
         (300 * randn(2, 5, 8), randn(2, 12, 8), randn(2, 12, 6), 4),
     )
-    # keys along w scaled so that the scores fall from about 1000 in the first block to 0..200 in
-    # the second (a block's own max is then no use)
+    # keys along w: the scores fall from about 1000 in the first block to 0..200 in the second
     c = torch.cat([torch.linspace(1200, 1000, 4), torch.linspace(200, 0, 4)]).double()
     k = c[:, None] * w * math.sqrt(8) / (q @ w).mean() + 0.3 * randn(8, 8)
     yield Case("huge scores that fall: 1000..1200, then 0..200", (q, k, randn(8, 6), 4))
@@ -415,8 +391,7 @@ _REFERENCE = "the course's reference (mha_course.reference)"
     "attention_in_blocks",
     "06",
     reference=attention_in_blocks,
-    todo="Replace `raise NotImplementedError` with the online softmax: running max, running sum, "
-    "rescaled output, one division at the end.",
+    todo="Replace `raise NotImplementedError` with the online softmax over blocks of keys.",
     points=3,
     own_work={**ATTENTION_ROUTINES, _REFERENCE: attention_in_blocks},
 )

@@ -33,27 +33,21 @@ def _rope(x, positions, base=10000.0, interleaved=False, flaw=""):
     angles = p.double()[:, None] * base**exponent * (-1 if flaw == "rotated the other way" else 1)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     cos, sin = (sin, cos) if flaw == "cos and sin swapped" else (cos, sin)
-    pairs = {"neighbours always": True, "halves always": False}.get(flaw, interleaved)
+    pairs = {"neighbours": True, "halves": False}.get(flaw, interleaved)
     x1, x2 = (x[..., 0::2], x[..., 1::2]) if pairs else x.chunk(2, dim=-1)
     y = (x1 * cos - x2 * sin, x2 * cos + x1 * sin)
-    in_place = pairs and flaw != "put back as halves"
+    in_place = pairs and flaw != "put back"
     return torch.stack(y, dim=-1).flatten(-2) if in_place else torch.cat(y, dim=-1)
 
 
 _ROTARY_TEXTS = {
-    "neighbours always": "you paired neighbouring features (2i, 2i + 1), the interleaved layout; "
-    "by default (rotate half) feature i pairs with feature i + D/2.",
-    "halves always": "your rotation ignores `interleaved`: when it is true, pair i is features 2i "
-    "and 2i + 1 (Meta's Llama, GPT-J), not i and i + D/2.",
-    "put back as halves": "the interleaved pairs are right, but their rotated values are written "
-    "back as two halves, not where they came from, 2i and 2i + 1.",
-    "positions ignored": "your rotation ignores `positions` and numbers the tokens 0, 1, 2, ...; "
-    "with a KV cache they continue where the cache stopped.",
+    "neighbours": "you paired neighbouring features (2i, 2i + 1); by default i pairs with i + D/2.",
+    "halves": "your rotation ignores `interleaved`: if true, pair i is features 2i and 2i + 1.",
+    "put back": "the pairs are right, but their rotated values are written back as two halves.",
+    "positions ignored": "your rotation ignores `positions` and numbers the tokens 0, 1, 2, ...",
     "exponent i/D": "your frequencies are base^(-i/D); pair i turns by θ_i = base^(-2i/D).",
-    "exponent 2i/D, positive": "your frequencies grow with i (base^(+2i/D)); θ_i = base^(-2i/D): "
-    "the first pair turns fastest.",
-    "rotated the other way": "you turned each pair by -p·θ_i (clockwise); +p·θ_i turns the first "
-    "feature of a pair towards the second.",
+    "exponent 2i/D, positive": "your frequencies grow with i (base^(+2i/D)); θ_i = base^(-2i/D).",
+    "rotated the other way": "you turned each pair by -p·θ_i (clockwise), not +p·θ_i.",
     "cos and sin swapped": "cos and sin are swapped: at position 0 the rotation leaves x as it is.",
 }
 _SIGNATURE = "the skeleton's rotary takes an `interleaved` argument (false by default): keep it."
@@ -127,17 +121,14 @@ def _rope_attention(q, k, v, positions, rotate, flaw=""):
 
 
 _ROPE_TEXTS = {
-    "values rotated": "you rotated the values too; RoPE turns only queries and keys, so that their "
-    "dot product depends on the offset.",
-    "queries at the first positions": "the queries are rotated as the first tokens, not the last L.",
+    "values rotated": "you rotated the values too; RoPE turns only queries and keys.",
+    "queries at the first positions": "the queries are rotated as the first tokens, not the last.",
     "keys not rotated": "only the queries are rotated; the keys turn too, each by its position.",
     "queries not rotated": "only the keys are rotated; the queries turn too, by their positions.",
     "causal top-left": families.CAUSAL["causal top-left"],
     "mask ignored": "there is no causal mask: a query must not see the keys after its own token.",
     "off-by-one diagonal": families.CAUSAL["off-by-one diagonal"],
 }
-
-
 _ROWS = "the output has one row per query, "
 _ROPE = "q and k (not v) turn by their own positions, then causal attention with the scale 1/√D."
 
@@ -185,13 +176,12 @@ def _geometric(n, flaw=""):
 
 def _alibi(H, L, S, flaw=""):
     P = H if flaw == "one sequence for any H" else 1 << (H.bit_length() - 1)
-    extra = {"extra slopes in a row": slice(None), "extra slopes repeated": slice(1, None, 2)}
-    m = torch.cat(
-        (_geometric(P, flaw), _geometric(2 * P, flaw)[extra.get(flaw, slice(0, None, 2))])
-    )
+    extra = {"in a row": slice(None), "repeated": slice(1, None, 2)}
+    between = _geometric(2 * P, flaw)[extra.get(flaw, slice(0, None, 2))]  # 2P's, between P's
+    m = torch.cat((_geometric(P, flaw), between))
     m = 2.0 ** -torch.arange(1.0, H + 1) if flaw == "eight heads' slopes" else m[:H]
     m = m.flip(0) if flaw == "slopes reversed" else m
-    i = torch.arange(L)[:, None] + (0 if flaw == "queries at the first positions" else S - L)
+    i = torch.arange(L)[:, None] + (0 if flaw == "queries first" else S - L)
     j = torch.arange(S)
     distance = {"wrong sign": i - j, "BLOOM's form m·j": j.expand(L, S)}.get(flaw, j - i)
     return m[:, None, None] * distance
@@ -217,22 +207,17 @@ _RULE = "the slopes of the largest power of two P <= H, then every other slope o
 _SLOPES = f"H a power of two: 2^(-8/H), its square, its cube, ...; any other H: {_RULE}"
 _ALIBI_TEXTS = {
     "slopes reversed": f"your slopes are in reverse order: head 0 has the steepest ({_SLOPES}).",
-    "wrong sign": "the bias has the wrong sign: a key further back gets a *lower* score, "
-    "-m_h · (i - j).",
+    "wrong sign": "the bias has the wrong sign: a key further back gets a *lower* score.",
     "exponent h instead of h + 1": "your first slope is 1 (2^0); the sequence starts at 2^(-8/H).",
     "the 8 missing": "your slopes are 2^(-(h+1)/H): the exponent lacks a factor 8 (1/2 .. 1/256).",
-    "eight heads' slopes": "your slopes are 1/2, 1/4, 1/8, ...: right for 8 heads only. They "
-    f"depend on H: {_SLOPES}.",
+    "eight heads' slopes": f"your slopes 1/2, 1/4, 1/8, ... are right for 8 heads only; {_SLOPES}.",
     "one sequence for any H": "your slopes are 2^(-8(h+1)/H) for an H that is not a power of "
     f"two; the paper's rule for such an H: {_RULE}.",
-    "extra slopes in a row": "the heads after the first P take 2P's slopes in a row; they take "
-    "every other one, between P's slopes.",
-    "extra slopes repeated": "the heads after the first P repeat slopes that P's heads already "
-    "have; they take 2P's others, between P's.",
-    "queries at the first positions": "your queries sit at positions 0 .. L - 1; they are the "
-    "last L of the S tokens: query i is at position S - L + i.",
-    "BLOOM's form m·j": "yours is m_h · j (BLOOM's form), which differs from -m_h · (i - j) by "
-    "m_h · i per row (the softmax ignores it); the exercise asks for the bias itself.",
+    "in a row": "the heads after the first P take 2P's slopes in a row, not every other one.",
+    "repeated": "the heads after the first P repeat slopes that P's heads already have.",
+    "queries first": "your queries sit at positions 0 .. L - 1, not the last L of the S tokens.",
+    "BLOOM's form m·j": "yours is m_h · j (BLOOM's form), off from -m_h · (i - j) by m_h · i in "
+    "each row; the exercise asks for the bias itself.",
 }
 _BIASES = {
     "shape_hint": "one bias per head, query and key: (num_heads, L, S).",
@@ -287,17 +272,13 @@ def _gqa(q, k, v, attn_mask=None, flaw=""):
     return families.attention(q, k, v, attn_mask, flaw)
 
 
-_INTERLEAVE = (
-    "query head h reads key/value head h // G, G = H / H_kv: heads 0..G-1 share key/value head "
-    "0, the next G share head 1, and so on (what torch's enable_gqa does)"
-)
+_INTERLEAVE = "query head h reads key/value head h // G, G = H / H_kv (as torch's enable_gqa)"
 _EVERY_HEAD = "a row per query of every query head."
 _READS = f"check which key/value head each query head reads: {_INTERLEAVE}."
 _GQA_TEXTS = {
     "repeat instead of repeat_interleave": "your query heads read the key/value heads in turn, h "
-    f"% H_kv (0, 1, 0, 1, ...); the grouping is consecutive: {_INTERLEAVE}.",
-    "h // H_kv": "your query head h reads key/value head h // H_kv; the division is by the group "
-    f"size G = H / H_kv: {_INTERLEAVE}.",
+    f"% H_kv; {_INTERLEAVE}.",
+    "h // H_kv": f"your query head h reads key/value head h // H_kv; {_INTERLEAVE}.",
 }
 _GQA_FLAWS = [*_GQA_TEXTS, *families.ATTENTION, "mask ignored", "mask inverted"]
 _GQA_FLAWS += ["mask filled with 0", "mask after the softmax"]
@@ -305,11 +286,11 @@ _GQA_FLAWS += ["mask filled with 0", "mask after the softmax"]
 
 def _gqa_crash(got, case: Case) -> str:
     mask = case.kwargs.get("attn_mask")
-    mask = "" if mask is None else f", the mask {tuple(mask.shape)} broadcast as it is against"
+    if mask is not None:
+        mask = f" (the mask {tuple(mask.shape)} broadcast as it is against the scores (B, H, L, S))"
     return (
-        "a shape mix-up. query is (B, H, L, D), key and value (B, H_kv, S, ·) with fewer heads: "
-        "each query head gets its key/value head first (the heads' axis grows from H_kv to H), "
-        f"then attention as in lesson 01{mask and mask + ' the scores (B, H, L, S)'}."
+        "a shape mix-up. query is (B, H, L, D), key and value (B, H_kv, S, ·): each query head "
+        f"gets its key/value head first, then attention{mask or ''}."
     )
 
 
@@ -328,13 +309,9 @@ def _gqa_cases():
         mask = {} if mask is None else {"attn_mask": mask}
         yield Case(name, (randn(*q), randn(*kv, q[-1]), randn(*kv, Dv)), mask)
     bad = (randn(1, 6, 3, 8), randn(1, 4, 3, 8), randn(1, 4, 3, 8))
+    name = "6 query heads, 4 key/value heads: 6 is not a multiple of 4"
     why = "6 query heads cannot share 4 key/value heads equally: H must be a multiple of H_kv"
-    yield Case(
-        "6 query heads, 4 key/value heads: 6 is not a multiple of 4",
-        bad,
-        raises=("multiple",),
-        why=why,
-    )
+    yield Case(name, bad, raises=("multiple",), why=why)
 
 
 check_grouped_query_attention = exercise(
@@ -369,7 +346,7 @@ def _window(q, k, v, window, flaw=""):
     allowed = {
         "not causal": (i - j).abs() < window,
         "window ignored": j <= i,
-        "each block on its own": (j <= i) & (block == j // window),
+        "own block": (j <= i) & (block == j // window),
         "one key too many, in blocks": (j <= i) & (i - j <= window) & (j > (block - 1) * window),
         "no causal part inside the window": (i - j < window) & (j < (block + 1) * window),
     }.get(flaw, (j <= i) & (i - j < reach))
@@ -382,12 +359,11 @@ _WINDOW_TEXTS = {
     "one key too many": f"your window holds window + 1 keys: {_WINDOW}.",
     "one key too many, in blocks": f"your mask lets a query see window + 1 keys: {_WINDOW}.",
     "one key too few": f"your window holds window - 1 keys: {_WINDOW}.",
-    "not causal": f"your window looks ahead too: a decoder's window is causal, {_WINDOW}.",
+    "not causal": f"your window looks ahead too; a decoder's is causal: {_WINDOW}.",
     "no causal part inside the window": "inside the window a query also sees the keys after it, "
-    f"up to the end of its block of queries: {_WINDOW}.",
+    f"to the end of its block: {_WINDOW}.",
     "window ignored": f"your result is plain causal attention; the window limits it: {_WINDOW}.",
-    "each block on its own": "each block of queries attends only to the keys of its own block; "
-    "the first queries of a block reach back into the block before.",
+    "own block": "each block of queries attends only to the keys of its own block.",
     "no scale": families.ATTENTION["no scale"],
 }
 
@@ -397,9 +373,8 @@ def _call_window(candidate, case: Case, table: Table):
     got, L = call_diagnosed(candidate, case, table.mistakes, table.crash), case.args[0].size(-2)
     if case.name.startswith("memory") and builds(candidate, case.name, case.args, (L, L), ""):
         raise ExerciseFailure(
-            f"Case {case.name!r}: your function builds an (L, L) = ({L}, {L}) tensor (the "
-            "scores, or a mask).\nLikely cause: all the queries at once; the window's point is "
-            "never to need them all, but a block of queries at a time."
+            f"Case {case.name!r}: your function builds an (L, L) = ({L}, {L}) tensor.\nLikely "
+            "cause: all the queries at once; the window needs only a block of them at a time."
         )
     return got
 
@@ -421,8 +396,7 @@ check_sliding_window_attention = exercise(
     "sliding_window_attention",
     "08",
     reference=modern.sliding_window_attention,
-    todo="Replace `raise NotImplementedError` with attention over a window of keys, one block of "
-    "queries at a time.",
+    todo="Replace `raise NotImplementedError` with attention over a window, a block at a time.",
     points=3,
     own_work={
         "the course's sliding_window_attention (mha_course.modern)": modern.sliding_window_attention,
@@ -434,8 +408,8 @@ check_sliding_window_attention = exercise(
         mistakes=families.flawed(_window, _WINDOW_TEXTS, **_WINDOW_TEXTS),
         call=_call_window,
         outputs=[Out("outputs", shape_hint="the output is (..., L, Dv).", fallback=_WINDOW_SCALE)],
-        crash="a shape mix-up. A block of queries and the keys its windows reach give scores "
-        "(..., queries of the block, keys reached), as its mask. The last block may be shorter.",
+        crash="a shape mix-up: a block's scores and mask are (..., its queries, the keys they "
+        "reach). The last block may be shorter.",
         atol=1e-6,
         rtol=1e-6,
     ),

@@ -1,8 +1,6 @@
-"""Lesson 09's kernel: the learner's inner step (``attend_tile``, a ``@triton.jit`` function) run in
-the course's FlashAttention kernel, and their launch (``flash_launch``) run with the course's step,
-on small odd shapes (in Triton's interpreter on a CPU) against softmax(q kᵀ · scale) v in float64.
-A wrong answer is named by the course's step or launch with one classic flaw switched on; where
-Triton cannot run, a check says why in one line and checks nothing."""
+"""Lesson 09's kernel: the learner's inner step (``attend_tile``) run in the course's FlashAttention
+kernel, and their launch (``flash_launch``) run with the course's step, on small odd shapes, held to
+softmax(q kᵀ · scale) v in float64. Where Triton cannot run, a check says why and checks nothing."""
 
 from __future__ import annotations
 
@@ -119,25 +117,18 @@ def _raises_like(mistake: Mistake, error: BaseException) -> bool:
 
 # ---------------------------------------------------------------- attend_tile: the inner step
 
-_RESCALE = "when a tile raises a query's running max m, all summed under the old max is brought to"
+_RESCALE = "what a query summed under its old max m is brought to the new max (e^(m − m_new))"
 STEP_FLAWS = {
-    "acc": f"the output accumulator is not rescaled: {_RESCALE} the new one, acc as well as the "
-    "sum (lesson 06's e^(m − m_new), here in base 2).",
-    "sum": f"the running sum is not rescaled: {_RESCALE} the new one, the sum as well as acc.",
-    "exp first": "the exponentials are taken before the new max is known: each tile's scores are "
-    "shifted by the running max once this tile's scores have raised it.",
-    "diagonal": "the causal mask is off by one on the diagonal: query i sees key i itself (and "
-    "keys 0..i−1), in positions, not indices within a tile.",
+    "acc": f"the output accumulator is not rescaled: {_RESCALE}, acc as well as the sum.",
+    "sum": f"the running sum is not rescaled: {_RESCALE}, the sum as well as acc.",
+    "exp first": "the exponentials are taken before the new max is known (this tile may raise it).",
+    "diagonal": "the causal mask is off by one on the diagonal: query i sees key i itself.",
     "diagonal + 1": "the causal mask is off by one on the diagonal: query i sees keys 0..i and no "
-    "later one, in positions, not indices within a tile.",
-    "padding": "the last tile's padding is not masked: its positions from S on hold no keys (the "
-    "kernel loaded zeros), and a score of 0 is not −∞. A MASKED tile hides them, causal or not.",
-    "no scale": "the scores are not scaled: each q·k is multiplied by qk_scale (1/√D times log₂e) "
-    "before the max and the exponentials.",
-    "natural exp": "the scores are in base 2 (qk_scale includes log₂e), so their exponentials are "
-    "powers of 2, and the rescaling factor too.",
-    "max kept": "the running max is not carried: the step returns the new max, which the next tile "
-    "(and the log-sum-exp at the end) needs.",
+    "later one, by positions.",
+    "padding": "the last tile's padding is not masked: its keys from S on score 0, not −∞.",
+    "no scale": "the scores are not scaled: q·k is multiplied by qk_scale before the max.",
+    "natural exp": "the scores are in base 2 (qk_scale includes log₂e), so are their exponentials.",
+    "max kept": "the running max is not carried: the step returns the new max.",
 }
 
 
@@ -177,9 +168,8 @@ _NAN = (
     "hides a query's every key, or exponentials taken before the max), or a sum of 0."
 )
 _LSE = (
-    "the kernel's log-sum-exp is (m + log₂ of the sum) · ln 2 at the end: look at the running max "
-    "m and the running sum your step returns. m is the max of the scaled base-2 scores, the same "
-    "m the exponentials were shifted by."
+    "the log-sum-exp is (m + log₂ of the sum) · ln 2: look at the running max m (of the scaled "
+    "base-2 scores, the one the exponentials are shifted by) and the running sum your step returns."
 )
 _ACC = (
     "the log-sum-exp is right, so m and the sum are: look at acc, the running sum of the "
@@ -188,29 +178,23 @@ _ACC = (
 
 
 def _step_call(candidate, case: Case, table: Table):
-    """The learner's step in the course's kernel, once it is one: not the skeleton, a Triton
-    function."""
+    """The learner's step in the course's kernel, once it is one: not the skeleton, a Triton one."""
     from ..triton_attention import _is_triton_function
 
-    if candidate is COURSE_STEP:
-        candidate = COURSE_STEP.resolve()
-    if TODO in _source(candidate):
+    candidate = COURSE_STEP.resolve() if candidate is COURSE_STEP else candidate
+    try:
+        source = inspect.getsource(getattr(candidate, "fn", candidate))
+    except (OSError, TypeError):  # a function without a file: it runs, and tells that way
+        source = ""
+    if TODO in source:
         raise NotDoneYet()
     if not _is_triton_function(candidate):
         raise ExerciseFailure(
             f"attend_tile is a {type(candidate).__name__}, not a Triton function.\nLikely cause: "
-            "the kernel runs only functions compiled by Triton: keep the @triton.jit line above "
-            "the def."
+            "the kernel runs only functions compiled by Triton: keep the @triton.jit line."
         )
     crash = _DTYPE_CRASH if case.args[0].dtype == torch.float16 else _STEP_CRASH
     return _in_kernel("attend_tile", case, lambda: _in_forward(candidate, case), crash)
-
-
-def _source(candidate) -> str:
-    try:
-        return inspect.getsource(getattr(candidate, "fn", candidate))
-    except (OSError, TypeError):  # a function without a file: it runs, and tells that way
-        return ""
 
 
 def _if_nan(text: str):
@@ -235,8 +219,7 @@ check_attend_tile = exercise(
     "attend_tile",
     "09",
     reference=COURSE_STEP,
-    todo="Replace `raise NotImplementedError` with one step of the online softmax: one tile of "
-    "scores, masked where it must be, the new max, the rescaled sums.",
+    todo="Replace `raise NotImplementedError` with the online softmax's step over a tile of keys.",
     points=3,
     table=STEP_TABLE,
 )
@@ -272,23 +255,17 @@ def _flawed_launch(
 
 _VIEW = "a view's strides are its own: a transposed q (as multi-head attention makes it) is not laid out like a contiguous tensor of its shape"
 LAUNCH_FLAWS = {
-    "floor": "the grid's first axis rounds the tiles of queries down: when L is no multiple of "
-    "BLOCK_M, the last, partial tile gets no program (its rows stay NaN).",
-    "heads": "the grid's second axis counts the heads of one sequence: there is a program for "
-    "each (batch, head) pair, B·H of them.",
-    "swapped": "the grid's two axes are swapped: the kernel reads its tile of queries from "
-    "program_id(0) and its (batch, head) pair from program_id(1).",
+    "floor": "the grid rounds the tiles of queries down: a last, partial tile gets no program.",
+    "heads": "the grid's second axis counts the heads of one sequence, not the B·H pairs.",
+    "swapped": "the grid's two axes are swapped: program_id(0) is the tile of queries.",
     "contiguous strides": f"strides computed from the shape: {_VIEW}.",
-    "q's strides for out": f"the output's strides are q's: {_VIEW}, and a new output is "
-    "contiguous.",
+    "q's strides for out": f"the output's strides are q's: {_VIEW}.",
     "k's strides for v": f"v's strides are k's: {_VIEW}.",
     "S = L": "S is the number of keys, k's length; it equals L in self-attention only.",
-    "no log2e": "qk_scale lacks log₂e: the kernel's exponentials are powers of 2, so it takes "
-    "the scale times log₂e (e^x = 2^(x · log₂e)).",
+    "no log2e": "qk_scale lacks log₂e: the kernel's exponentials are powers of 2.",
     "no scale": "qk_scale lacks the scale: the default is 1/√D (or the scale given), times log₂e.",
     "not causal": "is_causal does not reach the kernel (its IS_CAUSAL).",
-    "lse dtype": "the log-sum-exp is kept in float32 whatever q's dtype: the kernel writes it in "
-    "float32, and the backward pass needs its precision.",
+    "lse dtype": "the log-sum-exp is kept in float32 whatever q's dtype.",
 }
 
 
@@ -348,8 +325,7 @@ check_flash_launch = exercise(
     "flash_launch",
     "09",
     reference=launch_kernel,
-    todo="Replace `raise NotImplementedError` with the launch: the output and the log-sum-exp, "
-    "the grid, and the kernel's call.",
+    todo="Replace `raise NotImplementedError` with the launch: outputs, grid, the kernel's call.",
     points=2,
     table=LAUNCH_TABLE,
 )
