@@ -1,7 +1,6 @@
 """The course's inner step (:func:`mha_course.triton_kernels.attend_tile`) with one classic flaw
-switched on, the flaw a compile-time constant (``FLAW``) of each built step's own globals: lesson
-09's checker names a mistake by the flawed step that gives what the learner's gives. It imports
-Triton: imported only where Triton runs, once ``TRITON_INTERPRET`` is settled."""
+switched on, a compile-time constant (``FLAW``) of each built step's globals, for lesson 09's
+checker. It imports Triton: imported only where Triton runs, once ``TRITON_INTERPRET`` is set."""
 
 import functools
 import types

@@ -20,8 +20,7 @@ from ._table import Case, Out, Table, call_diagnosed, require_tensor
 
 
 class SmallMiniLM(pretrained.MiniLM):
-    """The checker's model: a small random MiniLM (2 layers, E = 24) with the real tokenizer;
-    without ``encode``, the package's own answer to this exercise."""
+    """The checker's model: a small random MiniLM with the real tokenizer, and no ``encode``."""
 
     def encode(self, *args, **kwargs):
         raise AttributeError(
@@ -48,12 +47,12 @@ _POOL = {  # flaw -> how it pools the hidden states h (N, L, E), m being the mas
     "padding averaged in": lambda h, m: h.mean(1),
     "sum, not normalised": lambda h, m: (h * m).sum(1),
     "[CLS]": lambda h, m: h[:, 0],
-    "max over the tokens": lambda h, m: h.max(1).values,
+    "max": lambda h, m: h.max(1).values,
     "no attention_mask at all": lambda h, m: h.mean(1),
-    "over the batch axis": lambda h, m: (h * m).sum(0) / m.sum(0),
-    "over the batch axis, the padding in": lambda h, m: h.mean(0),
-    "mask without a features axis": lambda h, m: (h * m[..., 0]).sum(1),
-    "counts without their axis": lambda h, m: (h * m).sum(1) / m.sum(1)[:, 0],
+    "batch": lambda h, m: (h * m).sum(0) / m.sum(0),
+    "batch, padding": lambda h, m: h.mean(0),
+    "mask axis": lambda h, m: (h * m[..., 0]).sum(1),
+    "counts axis": lambda h, m: (h * m).sum(1) / m.sum(1)[:, 0],
 }
 
 
@@ -66,7 +65,7 @@ def _embed(model, sentences, flaw=""):
     pooled = _POOL.get(flaw, _POOL[""])(h, batch["attention_mask"][..., None].to(h.dtype))
     if flaw in ("not normalised", "sum, not normalised"):
         return pooled
-    return F.normalize(pooled, dim=0 if flaw == "normalised over the batch" else -1)
+    return F.normalize(pooled, dim=0 if flaw == "batch norm" else -1)
 
 
 _EMBED_FLAWS = {
@@ -76,24 +75,18 @@ _EMBED_FLAWS = {
     "its length (F.normalize), so that a dot product is a cosine.",
     "sum, not normalised": "your vectors are sums of the real tokens, not of length 1: divided by "
     "its length (F.normalize), a vector no longer depends on the count of tokens.",
-    "normalised over the batch": "you normalised over the batch axis; each sentence's vector has "
-    "length 1, its norm taken over the features.",
+    "batch norm": "you normalised over the batch axis; each sentence's vector has length 1.",
     "[CLS]": "you took the [CLS] token's vector; all-MiniLM-L6-v2 was trained with the mean of "
     "the real tokens as the sentence's vector.",
-    "max over the tokens": "you took the largest value of each feature; the sentence's vector is "
-    "the mean of its real tokens.",
+    "max": "you took the largest value of each feature, not the mean of the real tokens.",
     "no attention_mask in the forward": "the model ran without the attention_mask, so the real "
     "tokens attended to the padding: the model takes it too.",
     "no attention_mask at all": "the attention_mask is used nowhere: the real tokens attended to "
     "the padding, which was averaged in.",
-    "over the batch axis": "you pooled over the batch axis; a sentence's vector is the mean over "
-    "its own real tokens.",
-    "over the batch axis, the padding in": "you averaged over the batch axis, the padding "
-    "included; a sentence's vector is the mean over its own real tokens.",
-    "mask without a features axis": "the mask (N, L) needs an axis for the features to multiply "
-    "the hidden states (N, L, E): (N, L, 1).",
-    "counts without their axis": "the counts of real tokens are (N,): they need a length-1 axis, "
-    "(N, 1), to divide the sums (N, E) row by row.",
+    "batch": "you pooled over the batch axis, not over each sentence's own real tokens.",
+    "batch, padding": "you averaged over the batch axis, the padding included.",
+    "mask axis": "the mask (N, L) needs an axis for the features to multiply (N, L, E): (N, L, 1).",
+    "counts axis": "the counts (N,) need a length-1 axis, (N, 1), to divide the sums (N, E).",
 }
 
 
@@ -124,7 +117,6 @@ check_embed_sentences = exercise(
     table=EMBED,
 )
 
-
 # ---------------------------------------------------------------- head_ablation
 
 
@@ -149,14 +141,12 @@ def _built(num_layers: int, E: int, H: int, seed: int) -> nn.Module:
 
 
 def case_model(num_layers: int = 3, E: int = 16, H: int = 4, seed: int = 0) -> nn.Module:
-    """A fresh copy of the checker's model: ``num_layers`` post-LN layers (lesson 04's, with
-    lesson 02's attention) of ``H`` heads each, in float64."""
+    """A fresh copy of the checker's model: ``num_layers`` of lesson 04's layers, in float64."""
     return copy.deepcopy(_built(num_layers, E, H, seed))
 
 
 def case_score(num_layers: int, E: int, H: int, seed: int):
-    """score(model) -> float: a fixed random reading of the model's output on a fixed batch with
-    padding (so that a head's effect reaches the score through the whole encoder)."""
+    """score(model) -> float: a fixed random reading of its output on a fixed padded batch."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(2, 5, E, generator=g, dtype=torch.float64)
     may_attend = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
@@ -179,7 +169,7 @@ ABLATION_CASES = (  # (name, layers, E, H, seed)
 
 
 def _ablation(model, score, flaw=""):
-    """``head_ablation`` with one classic ``flaw`` switched on (a key of :data:`_ABLATION_FLAWS`)."""
+    """``head_ablation`` with one classic ``flaw`` switched on (see :data:`_ABLATION_FLAWS`)."""
     layers = model.encoder.layers
     H = layers[0].self_attn.num_heads
     base, drops = score(model), torch.zeros(len(layers), H, dtype=torch.float64)
@@ -209,9 +199,8 @@ def _ablation(model, score, flaw=""):
 
 
 _COLUMNS = (
-    "head h's output is features h·D … (h+1)·D − 1 of the concatenation, which meet W^O only in "
-    "those columns of out_proj.weight (an nn.Linear weight is (out_features, in_features)): "
-    "switching the head off zeroes those, inside torch.no_grad()."
+    "head h's output, features h·D … (h+1)·D − 1, meets W^O only in those columns of "
+    "out_proj.weight (out, in): switching the head off zeroes them, in torch.no_grad()."
 )
 _RESTORE = (
     "every switched-off head goes back before the next one, from a copy (.clone()) kept before "
@@ -263,7 +252,7 @@ def _changed(model: nn.Module, fresh: nn.Module) -> str | None:
     """The first parameter of ``model`` that is not what it was (``fresh``), with where."""
     before = dict(fresh.named_parameters())
     for name, p in model.named_parameters():
-        p, was = p.detach(), before[name].detach()
+        was = before[name]
         if p.shape != was.shape or not torch.equal(p, was):
             if p.dim() == 2 and p.shape == was.shape:
                 columns = (p != was).any(dim=0).nonzero().flatten().tolist()

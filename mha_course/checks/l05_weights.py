@@ -20,9 +20,8 @@ from ._table import Case, call_diagnosed
 _QKV = re.compile("[qkv]_proj")
 LAYERS = (0, 3, 5)  # the checkpoint's layers read: not only 0, so that always reading 0 shows
 EVIDENCE = (
-    "the checkpoint's names and shapes, next to your layer's (the lesson prints both), say where "
-    "each tensor goes: a shape only one parameter has settles it; else read the name as a path "
-    "through BERT's layer."
+    "the checkpoint's names and shapes, next to your layer's, say where each tensor goes: a shape "
+    "only one parameter has settles it; else read the name as a path through BERT's layer."
 )
 _MIXED = {  # modules whose tensors can be mixed up -> why
     "attention.output.LayerNorm output.LayerNorm": "the two LayerNorms are swapped: norm1 closes "
@@ -53,8 +52,7 @@ class Checkpoint(UserDict):
 
 
 def blank_layer(packed: bool = True) -> nn.Module:
-    """A layer shaped like MiniLM's, every parameter NaN (an unfilled one shows): Q, K, V packed
-    in one in_proj (``mha_course.EncoderLayer``), or lesson 04's q_proj, k_proj and v_proj."""
+    """A layer shaped like MiniLM's, all NaN: packed (in_proj) or lesson 04's (q_proj, ...)."""
     c = pretrained.MiniLMConfig()
     sizes = c.hidden_size, c.num_attention_heads, c.intermediate_size
     layer = EncoderLayer(*sizes, dropout=0.0) if packed else reference.EncoderLayer(*sizes)
@@ -84,20 +82,14 @@ def _part(key: str) -> str:
 def _explain(expected: str, found: str, i: int, packed: bool) -> str:
     """The likely cause, from the checkpoint tensor that belongs there and the one that is."""
     if not found:
-        return (
-            "its values match no tensor of the checkpoint (nor a transposed one): the tensors go "
-            "in as they are, without arithmetic."
-        )
+        return "its values match no checkpoint tensor, transposed or not: tensors go in unchanged."
     if not found.startswith("encoder.layer."):
         return f"{found} belongs to no encoder layer: {EVIDENCE}"
     layer = int(found.split(".")[2])
     if layer != i and _part(found) == _part(expected):
         return f"this is layer {layer}'s tensor, but you were asked for layer {i}: the names come from i."
     if found.endswith("transposed"):
-        return (
-            "a weight is transposed. nn.Linear stores its weight as (out_features, in_features), "
-            "as the checkpoint does: no weight needs transposing."
-        )
+        return "a weight is transposed; nn.Linear's layout is the checkpoint's: no weight needs it."
     modules = {_part(expected).rsplit(".", 1)[0], _part(found).rsplit(".", 1)[0]}
     if len(modules) == 1:
         return "a weight and a bias are mixed up: each weight goes into a weight, each bias into a bias."
@@ -144,15 +136,9 @@ def _crash_cause(error: BaseException, case: Case) -> str | None:
     if "in-place operation" in text or "requires grad" in text:
         return "autograd must not record the copy into a parameter: it goes in torch.no_grad()."
     if "cannot assign" in text and "parameter" in text:
-        return (
-            "a parameter is replaced only by an nn.Parameter: copy into the existing one in place "
-            "(copy_, in torch.no_grad()), or wrap the tensor."
-        )
+        return "only an nn.Parameter can replace a parameter: copy into it, in torch.no_grad()."
     if isinstance(error, RuntimeError) and ("size" in text or "shape" in text):
-        return (
-            "a shape mismatch while copying: a tensor went into a parameter of another shape; no "
-            f"transpose fixes it: {EVIDENCE}"
-        )
+        return f"a shape mismatch while copying, which no transpose fixes: {EVIDENCE}"
     return None
 
 
@@ -169,9 +155,8 @@ def _load(candidate, case: str, layer, i: int):
     points=2,
 )
 def check_load_layer(candidate) -> int:
-    """Check ``candidate(layer, weights, i)``: fills ``layer`` with layer ``i`` of the checkpoint,
-    in either layout (a packed layer first; q_proj, k_proj, v_proj when the answer asks for
-    them); the first wrong parameter is named, with the checkpoint tensor it holds."""
+    """Check ``candidate(layer, weights, i)``: fills ``layer`` (packed, or with q_proj, k_proj,
+    v_proj if the answer asks for them) with layer ``i``; names the first wrong parameter."""
     packed, weights = True, _checkpoint()
     for i in LAYERS:
         case, layer = f"layer {i}", blank_layer(packed)

@@ -167,7 +167,6 @@ check_attention_cost = exercise(
     table=COST,
 )
 
-
 # ---------------------------------------------------------------- attention_in_blocks
 
 
@@ -226,10 +225,7 @@ def attention_in_blocks(q, k, v, block_size, is_causal=False, return_lse=False):
 
 
 _RESCALE = "the running {} must be rescaled too, by e^(m − m_new) when the max rises, before "
-_EACH_BLOCK = (
-    "you normalised each block on its own; the exponentials are divided by the sum over *all* "
-    "keys, known only after the loop."
-)
+_EACH_BLOCK = "you normalised each block on its own; the sum to divide by covers *all* keys."
 _BLOCK_FLAWS = {  # the causal ones first: on a case without the flag they change nothing
     "causal ignored": "the causal flag is ignored: every query attended to every key.",
     "causal block positions": "the mask is right in the first block only: a key's position is "
@@ -307,18 +303,9 @@ def _block_cases():
         yield Case(name, args, {"return_lse": True, **flags})
 
 
-_FULL_SCORES = (
-    "the scores of all the keys are computed at once; the point is never to hold them: a block "
-    "of keys at a time, and only its (..., L, block) scores."
-)
-_FULL_MASK = (
-    "the whole (L, S) causal mask is built; with the causal flag no L×S tensor is needed: each "
-    "block's mask comes from the positions of its keys and of the queries."
-)
-_OVERFLOW = (
-    "inf or NaN in the output: an exp overflowed. The running max comes off the scores before "
-    "each exp, and the old sums are rescaled by e^(m − m_new) when it rises."
-)
+_FULL_SCORES = "the scores of all the keys at once; a block of keys at a time needs its own only."
+_FULL_MASK = "the whole (L, S) causal mask is built; each block's comes from its positions."
+_OVERFLOW = "inf or NaN in the output: an exp overflowed, the running max not subtracted first."
 _CRASH = (
     "a shape mix-up. m and ℓ are (..., L, 1), o (..., L, Dv); a block is block_size keys and "
     "values from position j on, its scores are (..., L, block). The last block may be shorter."

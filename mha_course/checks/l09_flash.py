@@ -14,6 +14,7 @@ import torch
 from ..triton_attention import COURSE_STEP, LOG2_E, interpreting, triton_unavailable
 from ..triton_launch import TritonCannotRun, launch_kernel
 from ..work import TODO
+from . import families
 from ._core import Mistake, NotDoneYet, crashed, exercise
 from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, pair
@@ -61,16 +62,15 @@ def attention(q, k, v, is_causal=False, scale=None):
     scale = q.size(-1) ** -0.5 if scale is None else scale
     scores = q.double() @ k.double().mT * scale
     if is_causal:
-        L, S = scores.shape[-2:]
-        hidden = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(hidden, -math.inf)
+        scores = scores.masked_fill(
+            ~families.causal(*scores.shape[-2:], device=q.device), -math.inf
+        )
     lse = scores.logsumexp(-1)
     return ((scores - lse[..., None]).exp() @ v.double()).to(q.dtype), lse.float()
 
 
 def _memo(flaws: dict, run_flawed) -> list[Mistake]:
-    """The classic mistakes of a case, each run at most once (a kernel run is slow in the
-    interpreter): ``run_flawed(flaw)`` on the case's own inputs, whatever the mistake is given."""
+    """The classic mistakes of a case, each ``run_flawed(flaw)`` run once (a kernel is slow)."""
     done = {}
 
     def ran(flaw: str):
@@ -158,23 +158,16 @@ def _in_forward(step, case: Case):
     return flash_forward(*case.args, **case.kwargs, step=step, blocks=BLOCKS)
 
 
-_DTYPE_CRASH = "tl.dot multiplies two tiles of one dtype: in float16, the exponentials' and v's."
+_DTYPE_CRASH = "tl.dot multiplies two tiles of one dtype: float16 v, float32 exponentials."
 _STEP_CRASH = (
     "a shape or dtype mix-up inside your step. Its tiles: q (BLOCK_M, D), k and v (BLOCK_N, D), "
     "m and sum_exp (BLOCK_M,), acc (BLOCK_M, D), all float32 but q, k and v."
 )
-_NAN = (
-    "NaN comes from −∞ − (−∞) or 0/0: a running max still −∞ when it is subtracted (a mask that "
-    "hides a query's every key, or exponentials taken before the max), or a sum of 0."
-)
+_NAN = "NaN comes from −∞ − (−∞) or 0/0: a running max still −∞ when subtracted, or a sum of 0."
 _LSE = (
-    "the log-sum-exp is (m + log₂ of the sum) · ln 2: look at the running max m (of the scaled "
-    "base-2 scores, the one the exponentials are shifted by) and the running sum your step returns."
+    "the log-sum-exp is (m + log₂ Σ) · ln 2: look at the running max m and sum your step returns."
 )
-_ACC = (
-    "the log-sum-exp is right, so m and the sum are: look at acc, the running sum of the "
-    "exponentials times v, and how it is brought to each new max."
-)
+_ACC = "the log-sum-exp is right, so m and the sum are: look at acc and how it is rescaled."
 
 
 def _step_call(candidate, case: Case, table: Table):
@@ -224,13 +217,10 @@ check_attend_tile = exercise(
     table=STEP_TABLE,
 )
 
-
 # ---------------------------------------------------------------- flash_launch: the launch
 
 
-def _flawed_launch(
-    kernel, q, k, v, *, is_causal=False, scale=None, BLOCK_M=16, BLOCK_N=16, flaw=""
-):
+def _flawed_launch(kernel, q, k, v, is_causal, scale, BLOCK_M=16, BLOCK_N=16, flaw=""):
     """:func:`mha_course.triton_launch.launch_kernel` with ``flaw`` switched on."""
     B, H, L, D = q.shape
     S = L if flaw == "S = L" else k.size(2)
@@ -241,11 +231,9 @@ def _flawed_launch(
     lse = torch.empty((B, H, L), device=q.device, dtype=lse_dtype)
     tiles = L // BLOCK_M if flaw == "floor" else math.ceil(L / BLOCK_M)
     grid = {"heads": (tiles, H), "swapped": (B * H, tiles)}.get(flaw, (tiles, B * H))
-    strides = [x.stride() for x in (q, k, v, out)]
-    if flaw == "contiguous strides":
-        strides = [x.contiguous().stride() for x in (q, k, v, out)]
-    elif flaw in ("q's strides for out", "k's strides for v"):
-        strides[3 if flaw[0] == "q" else 2] = strides[0 if flaw[0] == "q" else 1]
+    passed = {"k's strides for v": (q, k, k, out), "q's strides for out": (q, k, v, q)}
+    passed = passed.get(flaw, (q, k, v, out))  # the tensors whose strides go for q, k, v, out
+    strides = [(x.contiguous() if flaw == "contiguous strides" else x).stride() for x in passed]
     kernel[grid](
         q, k, v, out, lse, *(n for s in strides for n in s), H, L, S, qk_scale,
         D=D, IS_CAUSAL=is_causal and flaw != "not causal", BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
