@@ -200,7 +200,8 @@ def _ablation(model, score, flaw=""):
 
 _COLUMNS = (
     "head h's output, features h·D … (h+1)·D − 1, meets W^O only in those columns of "
-    "out_proj.weight (out, in): switching the head off zeroes them, in torch.no_grad()."
+    "out_proj.weight, which is (out_features, in_features): switching the head off zeroes them, "
+    "in torch.no_grad()."
 )
 _RESTORE = (
     "every switched-off head goes back before the next one, from a copy (.clone()) kept before "
@@ -220,7 +221,7 @@ _ABLATION_FLAWS = {
     "alone, and it still sends that on." + _SENDS,
     "values": "you zeroed the head's value weights but not their bias: every value is the bias, "
     "which the head still sends on." + _SENDS,
-    "strided": "you took head h as every H-th feature (h, h+H, ...); its D features are together.",
+    "strided": "you took head h as every H-th feature (h, h+H, ...); its D sit side by side.",
     "sign": "your numbers have the wrong sign: the drop is the score with the head minus without.",
     "scores": "you returned the scores with each head off, not the drops from the whole model's.",
 }

@@ -17,7 +17,7 @@ from ._core import exercise
 from ._failure import ExerciseFailure
 from ._table import Case, call_diagnosed
 
-_QKV = re.compile("[qkv]_proj")
+_QKV = re.compile("[qkv]_proj")  # what an answer for lesson 04's layout asks the layer for
 LAYERS = (0, 3, 5)  # the checkpoint's layers read: not only 0, so that always reading 0 shows
 EVIDENCE = (
     "the checkpoint's names and shapes, next to your layer's, say where each tensor goes: a shape "
@@ -52,7 +52,7 @@ class Checkpoint(UserDict):
 
 
 def blank_layer(packed: bool = True) -> nn.Module:
-    """A layer shaped like MiniLM's, all NaN: packed (in_proj) or lesson 04's (q_proj, ...)."""
+    """A layer shaped like MiniLM's, all NaN (an unfilled one shows): packed, or lesson 04's."""
     c = pretrained.MiniLMConfig()
     sizes = c.hidden_size, c.num_attention_heads, c.intermediate_size
     layer = EncoderLayer(*sizes, dropout=0.0) if packed else reference.EncoderLayer(*sizes)
@@ -168,7 +168,7 @@ def check_load_layer(candidate) -> int:
                 raise
             packed, layer = False, blank_layer(False)
             result = _load(candidate, case, layer, i)
-        new = isinstance(result, nn.Module) and result is not layer  # and the layer given?
+        new = isinstance(result, nn.Module) and result is not layer  # not the one it was given
         note = "\nNote: your function returned a new module; fill the one given." if new else ""
         params, sources = dict(layer.named_parameters()), {}
         for row in pretrained.layer_weight_map(i, packed=packed):

@@ -129,7 +129,7 @@ _ROPE_TEXTS = {
     "mask ignored": "there is no causal mask: a query must not see the keys after its own token.",
     "off-by-one diagonal": families.CAUSAL["off-by-one diagonal"],
 }
-_ROWS = "the output has one row per query, "
+_LIKE_Q = "the output has one row per query, like q: (B, H, L, D)."
 _ROPE = "q and k (not v) turn by their own positions, then causal attention with the scale 1/√D."
 
 
@@ -154,7 +154,7 @@ check_rope_attention = exercise(
         cases=_rope_attention_cases,
         reference=rope_attention,
         mistakes=families.flawed(_rope_attention, _ROPE_TEXTS, **_ROPE_TEXTS),
-        outputs=[Out("the outputs", shape_hint=_ROWS + "like q: (B, H, L, D).", fallback=_ROPE)],
+        outputs=[Out("the outputs", shape_hint=_LIKE_Q, fallback=_ROPE)],
         crash="q is (B, H, L, D) and k, v (B, H, S, D): q turns by the positions of its L "
         "tokens and k by all S; the causal mask is (L, S).",
     ),

@@ -62,9 +62,8 @@ def attention(q, k, v, is_causal=False, scale=None):
     scale = q.size(-1) ** -0.5 if scale is None else scale
     scores = q.double() @ k.double().mT * scale
     if is_causal:
-        scores = scores.masked_fill(
-            ~families.causal(*scores.shape[-2:], device=q.device), -math.inf
-        )
+        hidden = ~families.causal(*scores.shape[-2:], device=q.device)
+        scores = scores.masked_fill(hidden, -math.inf)
     lse = scores.logsumexp(-1)
     return ((scores - lse[..., None]).exp() @ v.double()).to(q.dtype), lse.float()
 
@@ -164,9 +163,7 @@ _STEP_CRASH = (
     "m and sum_exp (BLOCK_M,), acc (BLOCK_M, D), all float32 but q, k and v."
 )
 _NAN = "NaN comes from −∞ − (−∞) or 0/0: a running max still −∞ when subtracted, or a sum of 0."
-_LSE = (
-    "the log-sum-exp is (m + log₂ Σ) · ln 2: look at the running max m and sum your step returns."
-)
+_LSE = "the log-sum-exp is (m + log₂ Σ) · ln 2: look at the m and the sum your step returns."
 _ACC = "the log-sum-exp is right, so m and the sum are: look at acc and how it is rescaled."
 
 
@@ -279,12 +276,8 @@ def _launch_cases():
         yield Case(name, (kernel, q, k, v), {"is_causal": False, "scale": None, **kwargs})
 
 
-LAUNCH_CRASH = (
-    "the launch's arguments: the kernel checks them first, and its error above says which."
-)
-_UNCOVERED = (
-    "rows that no program computed are NaN: the grid covers each (batch, head)'s query tiles."
-)
+LAUNCH_CRASH = "the launch's arguments: the kernel checks them first; its error above says which."
+_UNCOVERED = "rows that no program computed are NaN: the grid covers each (batch, head)'s tiles."
 
 
 def _launch_call(candidate, case: Case, table: Table):
