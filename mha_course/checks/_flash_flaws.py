@@ -1,13 +1,8 @@
 """The course's inner step (:func:`mha_course.triton_kernels.attend_tile`) with one classic flaw
-switched on: lesson 09's checker (:mod:`.l09_flash`) names a learner's mistake by the flawed step
-that gives what theirs gives.
+switched on, a compile-time constant (``FLAW``) of each built step's globals, for lesson 09's
+checker. It imports Triton: imported only where Triton runs, once ``TRITON_INTERPRET`` is set."""
 
-The step is written once, :func:`flawed_tile`, with the flaw a compile-time constant read from its
-globals (``FLAW``); :func:`build` makes one ``@triton.jit`` function per flaw, each with globals
-of its own. Triton code: this module imports Triton, so it is imported only where Triton runs, once
-``TRITON_INTERPRET`` is settled.
-"""
-
+import functools
 import types
 
 import triton
@@ -27,47 +22,25 @@ def flawed_tile(
     if FLAW != "no scale":
         s = s * qk_scale
     if MASKED:
-        visible = k_pos[None, :] < S
-        if FLAW == "padding":
-            visible = k_pos[None, :] >= 0
+        visible = (k_pos[None, :] < S) | (FLAW == "padding")
         if IS_CAUSAL:
-            if FLAW == "diagonal":
-                visible = visible & (k_pos[None, :] < q_pos[:, None])
-            elif FLAW == "diagonal + 1":
-                visible = visible & (k_pos[None, :] <= q_pos[:, None] + 1)
-            else:
-                visible = visible & (k_pos[None, :] <= q_pos[:, None])
+            off = (1 if FLAW == "diagonal + 1" else 0) - (1 if FLAW == "diagonal" else 0)
+            visible = visible & (k_pos[None, :] <= q_pos[:, None] + off)
         s = tl.where(visible, s, float("-inf"))
     m_new = tl.maximum(m, tl.max(s, 1))
-    if FLAW == "exp first":
-        p = tl.math.exp2(s - m[:, None])
-    elif FLAW == "natural exp":
-        p = tl.exp(s - m_new[:, None])
-    else:
-        p = tl.math.exp2(s - m_new[:, None])
+    shifted = s - (m if FLAW == "exp first" else m_new)[:, None]
+    p = tl.exp(shifted) if FLAW == "natural exp" else tl.math.exp2(shifted)
     alpha = tl.math.exp2(m - m_new)
-    if FLAW == "sum":
-        sum_exp = sum_exp + tl.sum(p, 1)
-    else:
-        sum_exp = sum_exp * alpha + tl.sum(p, 1)
-    if FLAW == "acc":
-        acc = tl.dot(p.to(v.dtype), v, acc)
-    else:
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-    if FLAW == "max kept":
-        m_new = m
-    return m_new, sum_exp, acc
+    sum_exp = (sum_exp if FLAW == "sum" else sum_exp * alpha) + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc if FLAW == "acc" else acc * alpha[:, None])
+    return (m if FLAW == "max kept" else m_new), sum_exp, acc
 
 
-_BUILT: dict[str, object] = {}
-
-
+@functools.cache
 def build(flaw: str):
     """:func:`flawed_tile` with ``flaw``, as a ``@triton.jit`` function (built once per flaw)."""
-    if flaw not in _BUILT:
-        scope = {**globals(), "FLAW": tl.constexpr(flaw)}
-        function = types.FunctionType(flawed_tile.__code__, scope, flawed_tile.__name__)
-        function.__annotations__ = dict(flawed_tile.__annotations__)
-        function.__qualname__ = f"flawed_tile[{flaw}]"  # the name Triton files it under
-        _BUILT[flaw] = triton.jit(function)
-    return _BUILT[flaw]
+    scope = {**globals(), "FLAW": tl.constexpr(flaw)}
+    function = types.FunctionType(flawed_tile.__code__, scope, flawed_tile.__name__)
+    function.__annotations__ = dict(flawed_tile.__annotations__)
+    function.__qualname__ = f"flawed_tile[{flaw}]"  # the name Triton files it under
+    return triton.jit(function)

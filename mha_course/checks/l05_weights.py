@@ -1,11 +1,11 @@
-"""Lesson 05's first exercise: a layer of a real pretrained encoder's checkpoint (all-MiniLM-L6-v2,
-from the installed model package) copied into an encoder layer, ``load_layer``: the weight map.
-The reference is the package's own, :func:`mha_course.pretrained.load_layer`."""
+"""Lesson 05's first exercise, ``load_layer``: a layer of a real pretrained checkpoint
+(all-MiniLM-L6-v2) copied into an encoder layer. The reference: :func:`pretrained.load_layer`."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import re
+from collections import UserDict
 
 import torch
 from torch import nn
@@ -17,30 +17,26 @@ from ._core import exercise
 from ._failure import ExerciseFailure
 from ._table import Case, call_diagnosed
 
-# ---------------------------------------------------------------- load_layer
-
+_QKV = re.compile("[qkv]_proj")  # what an answer for lesson 04's layout asks the layer for
 LAYERS = (0, 3, 5)  # the checkpoint's layers read: not only 0, so that always reading 0 shows
 EVIDENCE = (
-    "where each tensor goes follows from the checkpoint's names and shapes next to your layer's "
-    "(the lesson prints both): a shape that one parameter alone has settles it; for the others, "
-    "read the name as a path through BERT's layer."
+    "the checkpoint's names and shapes, next to your layer's, say where each tensor goes: a shape "
+    "only one parameter has settles it; else read the name as a path through BERT's layer."
 )
-_SWAPPED = {  # the modules whose tensors are mixed up -> why
-    "norms": "the two LayerNorms are swapped. norm1 closes the attention sublayer (Step 2), "
-    "norm2 the feed-forward (Step 3): which of the checkpoint's two LayerNorms sits among the "
-    "attention's modules?",
-    "dense": "the Linears are mixed up. Their shapes tell the feed-forward's first Linear "
-    "(E to 1536) from its second (1536 to E); the attention's output projection W^O is the "
-    "Linear among the attention's modules.",
-    "qkv packed": "Q, K and V are stacked in the wrong order: in_proj holds the query's rows "
-    "first (0 to E − 1), then the key's (E to 2E − 1), then the value's (2E to 3E − 1).",
-    "qkv": "Q, K and V are mixed up: the checkpoint names each of the three projections.",
+_MIXED = {  # modules whose tensors can be mixed up -> why
+    "attention.output.LayerNorm output.LayerNorm": "the two LayerNorms are swapped: norm1 closes "
+    "the attention sublayer (Step 2), norm2 the feed-forward (Step 3). Which of the checkpoint's "
+    "LayerNorms sits among the attention's modules?",
+    "intermediate.dense output.dense attention.output.dense": "the Linears are mixed up: their "
+    "shapes tell the feed-forward's first Linear (E to 1536) from its second (1536 to E); W^O is "
+    "the Linear among the attention's modules.",
+    "attention.self.query attention.self.key attention.self.value": "Q, K and V are mixed up: the "
+    "checkpoint names each of the three projections.",
 }
-_GROUPS = {
-    "norms": {"attention.output.LayerNorm", "output.LayerNorm"},
-    "dense": {"intermediate.dense", "output.dense", "attention.output.dense"},
-    "qkv": {"attention.self.query", "attention.self.key", "attention.self.value"},
-}
+_PACKED = (
+    "Q, K and V are stacked in the wrong order: in_proj holds the query's rows first (0 to "
+    "E − 1), then the key's, then the value's."
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,33 +44,20 @@ def _checkpoint() -> dict[str, torch.Tensor]:
     return pretrained.load_checkpoint()  # every tensor differs: whichever landed can be named
 
 
-class Checkpoint(Mapping):
-    """The checkpoint as the learner's code sees it: every read a fresh copy, so that their code
-    cannot spoil the checker's tensors."""
-
-    def __init__(self, weights: dict[str, torch.Tensor]):
-        self._weights = weights
+class Checkpoint(UserDict):
+    """The checkpoint as the learner's code sees it: every read a fresh copy, theirs to spoil."""
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        return self._weights[key].clone()
-
-    def __iter__(self):
-        return iter(self._weights)
-
-    def __len__(self) -> int:
-        return len(self._weights)
+        return super().__getitem__(key).clone()
 
 
 def blank_layer(packed: bool = True) -> nn.Module:
-    """A layer shaped like MiniLM's, every parameter NaN (so that an unfilled one shows): Q, K, V
-    packed in one in_proj (``mha_course.EncoderLayer``), or the lesson-04 layer's q_proj, k_proj
-    and v_proj."""
+    """A layer shaped like MiniLM's, all NaN (an unfilled one shows): packed, or lesson 04's."""
     c = pretrained.MiniLMConfig()
-    E, H, F_ = c.hidden_size, c.num_attention_heads, c.intermediate_size
-    layer = EncoderLayer(E, H, F_, dropout=0.0) if packed else reference.EncoderLayer(E, H, F_)
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.fill_(float("nan"))
+    sizes = c.hidden_size, c.num_attention_heads, c.intermediate_size
+    layer = EncoderLayer(*sizes, dropout=0.0) if packed else reference.EncoderLayer(*sizes)
+    for p in layer.parameters():
+        nn.init.constant_(p, float("nan"))
     return layer
 
 
@@ -99,27 +82,21 @@ def _part(key: str) -> str:
 def _explain(expected: str, found: str, i: int, packed: bool) -> str:
     """The likely cause, from the checkpoint tensor that belongs there and the one that is."""
     if not found:
-        return (
-            "its values match no tensor of the checkpoint (nor a transposed one): the checkpoint's "
-            "tensors go in as they are, without arithmetic."
-        )
+        return "its values match no checkpoint tensor, transposed or not: tensors go in unchanged."
     if not found.startswith("encoder.layer."):
         return f"{found} belongs to no encoder layer: {EVIDENCE}"
     layer = int(found.split(".")[2])
     if layer != i and _part(found) == _part(expected):
         return f"this is layer {layer}'s tensor, but you were asked for layer {i}: the names come from i."
     if found.endswith("transposed"):
-        return (
-            "a weight is transposed. nn.Linear stores its weight as (out_features, in_features), "
-            "and so does the checkpoint: no weight needs transposing."
-        )
+        return "a weight is transposed; nn.Linear's layout is the checkpoint's: no weight needs it."
     modules = {_part(expected).rsplit(".", 1)[0], _part(found).rsplit(".", 1)[0]}
     if len(modules) == 1:
         return "a weight and a bias are mixed up: each weight goes into a weight, each bias into a bias."
-    group = next((g for g, names in _GROUPS.items() if modules <= names), None)
-    if group is None:
-        return f"{_part(found)} does not go there: {EVIDENCE}"
-    return _SWAPPED[f"{group} packed" if group == "qkv" and packed else group]
+    for names, why in _MIXED.items():
+        if modules <= set(names.split()):
+            return _PACKED if packed and "attention.self.key" in names else why
+    return f"{_part(found)} does not go there: {EVIDENCE}"
 
 
 def _mismatch(case: str, name: str, got, sources: list[str], weights, i: int, packed: bool):
@@ -142,11 +119,9 @@ def _mismatch(case: str, name: str, got, sources: list[str], weights, i: int, pa
     else:  # the packed in_proj: what each third holds
         E, cause = got.size(0) // 3, None
         for k, (source, third) in enumerate(zip(sources, got.split(E))):
-            found = _holds(third, weights)
-            rows = f"rows {k * E}–{(k + 1) * E - 1}"
-            lines.append(
-                f"  {rows} expected {_part(source)}, yours {found or 'no checkpoint tensor'}"
-            )
+            found, rows = _holds(third, weights), f"rows {k * E}–{(k + 1) * E - 1}"
+            yours = found or "no checkpoint tensor"
+            lines.append(f"  {rows} expected {_part(source)}, yours {yours}")
             cause = cause or (None if found == source else _explain(source, found, i, packed))
     return "\n".join([*lines, f"Likely cause: {cause}"])
 
@@ -156,73 +131,54 @@ def _crash_cause(error: BaseException, case: Case) -> str | None:
     if isinstance(error, KeyError):
         return (
             f'{text} is not a name in the checkpoint. Layer {i}\'s names are "encoder.layer.{i}." '
-            "followed by one of attention.self.query.weight, attention.output.dense.bias, "
-            "intermediate.dense.weight, output.LayerNorm.weight, ... (the checkpoint's keys)."
+            "followed by attention.self.query.weight, output.LayerNorm.bias, ... (its keys)."
         )
     if "in-place operation" in text or "requires grad" in text:
-        return (
-            "copying into a parameter must not be recorded by autograd: it belongs inside a "
-            "torch.no_grad() block."
-        )
+        return "autograd must not record the copy into a parameter: it goes in torch.no_grad()."
     if "cannot assign" in text and "parameter" in text:
-        return (
-            "a parameter can only be replaced by an nn.Parameter: copy into the existing one in "
-            "place (copy_, inside torch.no_grad()), or wrap the tensor in nn.Parameter."
-        )
+        return "only an nn.Parameter can replace a parameter: copy into it, in torch.no_grad()."
     if isinstance(error, RuntimeError) and ("size" in text or "shape" in text):
-        return (
-            "a shape mismatch while copying: a tensor went into a parameter of another shape. "
-            "nn.Linear and the checkpoint store a weight the same way, so no transpose fixes it: "
-            + EVIDENCE
-        )
+        return f"a shape mismatch while copying, which no transpose fixes: {EVIDENCE}"
     return None
 
 
 def _load(candidate, case: str, layer, i: int):
-    return call_diagnosed(
-        candidate, Case(case, (layer, Checkpoint(_checkpoint()), i)), (), _crash_cause
-    )
-
-
-def _asks_for_q_proj(failure: ExerciseFailure) -> bool:
-    error = failure.__cause__
-    return isinstance(error, AttributeError) and any(f"{x}_proj" in str(error) for x in "qkv")
+    checkpoint = Checkpoint(_checkpoint())
+    return call_diagnosed(candidate, Case(case, (layer, checkpoint, i)), (), _crash_cause)
 
 
 @exercise(
     "load_layer",
     "05",
     reference=pretrained.load_layer,
-    todo="Replace `raise NotImplementedError` with the copies from the checkpoint into the layer's "
-    "parameters.",
+    todo="Replace `raise NotImplementedError` with the copies from the checkpoint into the layer.",
     points=2,
 )
 def check_load_layer(candidate) -> int:
-    """Check ``candidate(layer, weights, i)``: fills ``layer`` with layer ``i`` of the checkpoint,
-    in either layout (a packed layer first; q_proj, k_proj, v_proj when the answer asks for
-    them); the first wrong parameter is named, with the checkpoint tensor it holds."""
+    """Check ``candidate(layer, weights, i)``: fills ``layer`` (packed, or with q_proj, k_proj,
+    v_proj if the answer asks for them) with layer ``i``; names the first wrong parameter."""
     packed, weights = True, _checkpoint()
     for i in LAYERS:
         case, layer = f"layer {i}", blank_layer(packed)
         try:
             result = _load(candidate, case, layer, i)
         except ExerciseFailure as failure:
-            if not (packed and _asks_for_q_proj(failure)):
+            error = failure.__cause__  # asking for q_proj: lesson 04's layout
+            if not (packed and isinstance(error, AttributeError) and _QKV.search(str(error))):
                 raise
             packed, layer = False, blank_layer(False)
             result = _load(candidate, case, layer, i)
+        new = isinstance(result, nn.Module) and result is not layer  # not the one it was given
+        note = "\nNote: your function returned a new module; fill the one given." if new else ""
         params, sources = dict(layer.named_parameters()), {}
         for row in pretrained.layer_weight_map(i, packed=packed):
             sources.setdefault(row.parameter, []).append(row.checkpoint)
         for name, rows in sources.items():
             if name not in params:
                 raise ExerciseFailure(
-                    f"Case {case!r}: the layer has no parameter {name} any more; the existing "
-                    "parameters are to be filled, not deleted or renamed."
+                    f"Case {case!r}: the layer has no parameter {name} any more; its parameters "
+                    "are to be filled, not deleted or renamed."
                 )
-            problem = _mismatch(case, name, params[name], rows, weights, i, packed)
-            if problem and isinstance(result, nn.Module) and result is not layer:
-                problem += "\nNote: your function returned a new module; the layer it is given is the one to fill."
-            if problem:
-                raise ExerciseFailure(problem)
+            if problem := _mismatch(case, name, params[name], rows, weights, i, packed):
+                raise ExerciseFailure(problem + note)
     return len(LAYERS)

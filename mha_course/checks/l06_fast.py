@@ -1,53 +1,43 @@
-"""Lesson 06's exercises: what attention costs (its FLOPs, one scores tensor, the bytes an unfused
-and a fused version move through main memory), and attention computed one block of keys at a
-time with the online softmax (the causal flag handled block by block, and the log-sum-exp that a
-fused kernel keeps). Both references are written here only: the package's attention calls the
-fused kernels that do this."""
+"""Lesson 06's exercises: what attention costs (FLOPs, bytes moved, unfused and fused), and
+attention one block of keys at a time with the online softmax. Both references are written here."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
 from dataclasses import replace
+from functools import partial
 from operator import itemgetter
 
 import torch
-import torch.nn.functional as F
 
-from .. import attention
 from . import families
 from ._core import Mistake, exercise
 from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, builds, call_diagnosed, pair, run, seeded_randn
+from .l01_attention import ATTENTION_ROUTINES
 
 # ---------------------------------------------------------------- attention_cost
 
 
-def _bytes(B, H, L, S, D, dtype, passes=0, *, out=1, keys=None, size=None):
-    """Bytes moved: q, k, v (``keys`` of them, S by default) and ``out`` outputs once each, plus
-    ``passes`` passes over a (B, H, L, S) tensor; ``size`` bytes a number (the dtype's)."""
-    numbers = B * H * ((1 + out) * L * D + 2 * (keys or S) * D + passes * L * S)
-    return numbers * (dtype.itemsize if size is None else size)
+def _bytes(B, H, L, S, D, dtype, passes=0, *, out=1, keys=None):
+    """Bytes moved: q, k, v (``keys`` of them), ``out`` outputs, ``passes`` over (B, H, L, S)."""
+    return B * H * ((1 + out) * L * D + 2 * (keys or S) * D + passes * L * S) * dtype.itemsize
 
 
 def attention_cost(B: int, H: int, L: int, S: int, D: int, dtype: torch.dtype) -> dict[str, int]:
-    """The reference: what softmax(Q Kᵀ/√d_k) V costs for B sequences, H heads, L queries, S keys,
-    head size D, all ints. ``flops``: the two matmuls, 2·B·H·L·S·D each; ``score_bytes``: one
-    (B, H, L, S) tensor; ``fused_bytes``: q, k, v read and the output written once;
-    ``unfused_bytes``: that, plus four passes over a (B, H, L, S) tensor (the scores written, read
-    by the softmax, the weights written, read by the weights × V product)."""
-    fused = _bytes(B, H, L, S, D, dtype)
+    """The reference: what softmax(Q Kᵀ/√d_k) V costs. ``flops``: two matmuls of 2·B·H·L·S·D;
+    ``score_bytes``: one (B, H, L, S) tensor; ``fused_bytes``: q, k, v read, the output written;
+    ``unfused_bytes``: that, plus the scores and weights each written and read back."""
     return {
         "flops": 4 * B * H * L * S * D,
         "score_bytes": B * H * L * S * dtype.itemsize,
         "unfused_bytes": _bytes(B, H, L, S, D, dtype, 4),
-        "fused_bytes": fused,
+        "fused_bytes": _bytes(B, H, L, S, D, dtype),
     }
 
 
-# "entry: mistake" -> the entry counted on other sizes ({"S": "L"}: L in S's place), or as
-# count(right counts c, sizes s)
+# "entry: mistake" -> the entry counted on other sizes ({"S": "L"}: L in S's place), or count(c, s)
 _COUNTED_WRONG = {
     "flops: half": lambda c, s: c["flops"] // 2,
     "flops: one matmul's multiply-adds": lambda c, s: c["flops"] // 4,
@@ -70,72 +60,48 @@ _COUNTED_WRONG = {
     "unfused_bytes: scores and weights never read": lambda c, s: _bytes(**s, passes=2),
     "unfused_bytes: one score tensor": lambda c, s: _bytes(**s, passes=1),
     "unfused_bytes: three passes": lambda c, s: _bytes(**s, passes=3),
-    "unfused_bytes: the scale as an operation": lambda c, s: _bytes(**s, passes=6),
+    "unfused_bytes: six passes": lambda c, s: _bytes(**s, passes=6),
     "unfused_bytes: the same as fused": lambda c, s: c["fused_bytes"],
     "unfused_bytes: elements": {"dtype": torch.uint8},
     "unfused_bytes: k and v of length L": lambda c, s: _bytes(**s, passes=4, keys=s["L"]),
 }
+_PASSES = "the scores and the weights are each written by one operation and read back by the next."
 _WHY = {
-    "half": "you counted half: either one of the two matmuls (Q Kᵀ and weights × V do the same "
-    "work), or a multiply-add as 1 FLOP instead of 2.",
-    "one matmul's multiply-adds": "you counted the multiply-adds of one matmul: a multiply-add "
-    "is 2 FLOPs, and there are two matmuls, Q Kᵀ and weights × V.",
-    "no H": "the heads are missing: each of the H heads has its own scores (L, S), its own two "
-    "matmuls, and its own q, k, v and output (B, H, ·, D).",
+    "half": "you counted half: one of the two matmuls, or a multiply-add as 1 FLOP, not 2.",
+    "one matmul's multiply-adds": "you counted one matmul's multiply-adds: a multiply-add is 2 "
+    "FLOPs, and there are two matmuls.",
+    "no H": "the heads are missing: each of the H heads has its own scores, q, k, v and output.",
     "L·L": "you used L·L: there is one score per query and key, L·S (in cross-attention S "
     "differs from L).",
     "S·S": "you used S·S: there is one score per query and key, L·S.",
     "bits": "you counted bits; a byte is 8 bits.",
-    "4 bytes": "you used 4 bytes per number whatever the dtype; float16 and bfloat16 take 2, "
-    "float64 takes 8 (dtype.itemsize).",
+    "4 bytes": "you used 4 bytes per number whatever the dtype: it is dtype.itemsize.",
     "elements": "you counted numbers, not bytes: each number takes dtype.itemsize bytes.",
-    "no output": "you counted what the fused kernel reads (q, k, v) but not what it writes: the "
-    "output, (B, H, L, D), goes to main memory too.",
+    "no output": "you counted what the fused kernel reads but not what it writes, the output.",
     "k and v of length L": "k and v hold S keys, (B, H, S, D), not L: in cross-attention S "
     "differs from L.",
     "the scores counted": "you counted a (B, H, L, S) tensor in the fused kernel's traffic. Its "
-    "tiles of scores stay in fast memory and are thrown away: it reads q, k and v, and writes "
-    "the output.",
-    "every score tensor counted": "your fused count includes the passes over the (B, H, L, S) "
-    "scores and weights: that is the unfused version. A fused kernel's tiles stay in fast "
-    "memory; it reads q, k and v, and writes the output.",
-    "the score tensors only": "you counted the passes over the (B, H, L, S) tensors only. The "
-    "three operations also read q, k and v and write the output, as the fused kernel does.",
-    "scores and weights never read": "you counted the scores and the weights once each. Each is "
-    "written by one operation and read back by the next: the softmax reads the scores, "
-    "weights × V reads the weights.",
-    "one score tensor": "you counted one pass over a (B, H, L, S) tensor. The scores are "
-    "written, then read by the softmax; the weights are written, then read by weights × V.",
-    "three passes": "you counted three passes over a (B, H, L, S) tensor; there are four: the "
-    "scores written and read back by the softmax, the weights written and read back by "
-    "weights × V.",
-    "the scale as an operation": "you counted six passes over a (B, H, L, S) tensor, the scale "
-    "as an operation of its own. The model has three operations: the scaled scores, the "
-    "softmax, weights × V.",
-    "the same as fused": "your unfused count is the fused one: the unfused version also writes "
+    "tiles of scores stay in fast memory.",
+    "every score tensor counted": "your fused count has the passes over the scores and weights: "
+    "that is the unfused version.",
+    "the score tensors only": "you counted the passes over the (B, H, L, S) tensors only, not q, "
+    "k, v and the output.",
+    "scores and weights never read": f"you counted the scores and weights once each; {_PASSES}",
+    "one score tensor": f"you counted one pass over a (B, H, L, S) tensor; {_PASSES}",
+    "three passes": f"you counted three passes; there are four: {_PASSES}",
+    "six passes": "you counted the scale as an operation of its own: six passes, not four.",
+    "the same as fused": "your unfused count is the fused one; the unfused version also writes "
     "the scores and the weights to main memory and reads them back.",
 }
 
 
-def _counted_wrong(flaw: str):
-    """``attention_cost`` with one entry counted the wrong way (``flaw``, a key of
-    :data:`_COUNTED_WRONG`)."""
-    key, change = flaw.split(": ")[0], _COUNTED_WRONG[flaw]
-
-    def run(B, H, L, S, D, dtype):
-        s = dict(B=B, H=H, L=L, S=S, D=D, dtype=dtype)
-        c = attention_cost(**s)
-        if callable(change):
-            return {**c, key: change(c, s)}
-        other = {name: s.get(size, size) for name, size in change.items()}
-        return {**c, key: attention_cost(**{**s, **other})[key]}
-
-    return run
-
-
-_COST_MISTAKES = [
-    Mistake(flaw, _counted_wrong(flaw), _WHY[flaw.split(": ")[1]]) for flaw in _COUNTED_WRONG
-]
+def _counted_wrong(flaw: str, B, H, L, S, D, dtype):
+    """``attention_cost`` with one entry counted wrong (a key of :data:`_COUNTED_WRONG`)."""
+    s = dict(B=B, H=H, L=L, S=S, D=D, dtype=dtype)
+    key, change, c = flaw.split(": ")[0], _COUNTED_WRONG[flaw], attention_cost(**s)
+    if callable(change):
+        return {**c, key: change(c, s)}
+    return {**c, key: attention_cost(**{**s, **{k: s.get(v, v) for k, v in change.items()}})[key]}
 
 
 def _extra_work(got, case: Case) -> str | None:
@@ -157,25 +123,21 @@ def _a_dict(case: Case, got, expected) -> None:
             f"Case {case.name!r}: your result should be a dict with the keys {keys}; got "
             f"{type(got).__name__}."
         )
-    missing = [key for key in expected if key not in got]
-    if missing:
+    if missing := [key for key in expected if key not in got]:
         raise ExerciseFailure(
             f"Case {case.name!r}: your dict has no {', '.join(map(repr, missing))} (it has "
             f"{', '.join(map(repr, got)) or 'nothing'}).\nLikely cause: the keys are exactly {keys}."
         )
 
 
-_BYTES = ("score_bytes", "fused_bytes", "unfused_bytes")
-_FALLBACK = {
-    "flops": "each matmul is 2·B·H·L·S·D: B·H·L·S·D multiply-adds, of 2 FLOPs each.",
+_FLOPS = "each matmul is 2·B·H·L·S·D: B·H·L·S·D multiply-adds, of 2 FLOPs each."
+_BYTES = {
     "score_bytes": "one number per sequence, head, query and key, each dtype.itemsize bytes.",
     "fused_bytes": "a fused kernel reads q (B, H, L, D), k and v (B, H, S, D), and writes the "
     "output (B, H, L, D), each number dtype.itemsize bytes.",
     "unfused_bytes": "the unfused version moves what the fused kernel moves, plus the scores and "
-    "the weights: each written by one operation and read by the next.",
+    "the weights, each written and read back.",
 }
-
-
 _COST_CASES = [  # the first has sizes no two mistakes confuse
     ("float16, cross-attention: B=2, H=3, L=5, S=7, D=11", 2, 3, 5, 7, 11, torch.float16),
     ("float32, self-attention: B=1, H=8, L=S=128, D=16", 1, 8, 128, 128, 16, torch.float32),
@@ -186,16 +148,13 @@ _COST_CASES = [  # the first has sizes no two mistakes confuse
 COST = Table(
     cases=lambda: (Case(name, tuple(sizes)) for name, *sizes in _COST_CASES),
     reference=attention_cost,
-    mistakes=_COST_MISTAKES,
+    mistakes=[
+        Mistake(f, partial(_counted_wrong, f), _WHY[f.split(": ")[1]]) for f in _COUNTED_WRONG
+    ],
     shape_checks=[_a_dict],
-    outputs=[  # the parts first
-        Out(
-            'the FLOPs ("flops")',
-            itemgetter("flops"),
-            cause=_extra_work,
-            fallback=_FALLBACK["flops"],
-        ),
-        *(Out(f'the bytes ("{key}")', itemgetter(key), fallback=_FALLBACK[key]) for key in _BYTES),
+    outputs=[
+        Out('the FLOPs ("flops")', itemgetter("flops"), cause=_extra_work, fallback=_FLOPS),
+        *(Out(f'the bytes ("{k}")', itemgetter(k), fallback=why) for k, why in _BYTES.items()),
     ],
     crash="the sizes are ints and dtype a torch.dtype such as torch.float16; its bytes per number "
     "are dtype.itemsize.",
@@ -208,31 +167,23 @@ check_attention_cost = exercise(
     table=COST,
 )
 
-
 # ---------------------------------------------------------------- attention_in_blocks
-
-_FUTURE = {  # flaw -> which keys of a block it blocks, from the key and query positions
-    "causal upper triangle": lambda key, query: key < query,
-    "causal strict future": lambda key, query: key <= query,
-    "causal without the diagonal": lambda key, query: key >= query,
-}
 
 
 def _blocked(flaw: str, j: int, width: int, L: int, device) -> torch.Tensor:
-    """(L, width): the keys of the block that starts at key j which the causal mask blocks."""
-    start = 0 if flaw == "causal block positions" else j
-    key = torch.arange(start, start + width, device=device)
+    """(L, width): the keys of the block from key j on that the causal mask blocks."""
+    key = torch.arange(width, device=device) + (0 if flaw == "causal block positions" else j)
     query = torch.arange(L, device=device)[:, None]
-    return _FUTURE.get(flaw, lambda key, query: key > query)(key, query)
+    future = {"causal upper triangle": key < query, "causal strict future": key <= query}
+    return {**future, "causal without the diagonal": key >= query}.get(flaw, key > query)
 
 
-_NO_DIVISION = ("each block normalised", "blocks averaged", "not divided", "divided in the loop")
+_NO_DIVISION = ("each block normalised", "blocks averaged", "not divided", "divided early")
 
 
 def _blocks(q, k, v, block_size, is_causal=False, return_lse=False, flaw=""):
-    """softmax(q kᵀ/√d_k) v by the online softmax, one block of keys at a time (or with one classic
-    ``flaw`` switched on): a running max m, a running sum ℓ of e^(s − m), an unnormalised output
-    o, both rescaled by e^(m − m_new) whenever the max rises, one division at the end."""
+    """The online softmax, with one classic ``flaw`` switched on: a running max m, a running sum
+    ℓ of e^(s − m) and output o, both rescaled by e^(m − m_new) when the max rises."""
     m = q.new_full((*q.shape[:-1], 1), -math.inf)
     total = torch.zeros_like(m)
     o = q.new_zeros((*q.shape[:-1], v.size(-1)))
@@ -258,7 +209,7 @@ def _blocks(q, k, v, block_size, is_causal=False, return_lse=False, flaw=""):
         total = total * (1.0 if flaw in ("sum not rescaled", "nothing rescaled") else kept)
         o = o * (1.0 if flaw in ("output not rescaled", "nothing rescaled") else kept)
         total, o, m = total + p.sum(dim=-1, keepdim=True), o + p @ v_j, m_new
-        o = o / total if flaw == "divided in the loop" else o
+        o = o / total if flaw == "divided early" else o
     out = o if flaw in _NO_DIVISION else o / total
     if not return_lse:
         return out
@@ -267,66 +218,40 @@ def _blocks(q, k, v, block_size, is_causal=False, return_lse=False, flaw=""):
 
 
 def attention_in_blocks(q, k, v, block_size, is_causal=False, return_lse=False):
-    """The reference: softmax(q kᵀ/√d_k) v, reading the keys ``block_size`` at a time with the
-    online softmax. q (..., L, D), k (..., S, D), v (..., S, Dv) -> (..., L, Dv); the largest
-    scores tensor it holds is (..., L, block_size). ``is_causal``: query i attends to keys 0..i,
-    each block masked from the positions, no (L, S) mask. ``return_lse``: also the log-sum-exp of
-    each query's scores, (..., L)."""
+    """The reference: softmax(q kᵀ/√d_k) v, the keys read ``block_size`` at a time: q (..., L, D),
+    k (..., S, D), v (..., S, Dv) -> (..., L, Dv). ``is_causal``: query i sees keys 0..i, each
+    block masked from positions. ``return_lse``: also each query's log-sum-exp (..., L)."""
     return _blocks(q, k, v, block_size, is_causal, return_lse)
 
 
-_RESCALE = "when the running max rises from m to m_new, the running {} must be rescaled too, by "
-_EACH_BLOCK = (
-    "you normalised each block on its own (a softmax per block). A block's exponentials are "
-    "divided by the sum over *all* keys, which is known only at the end: keep the running sum ℓ "
-    "and the unnormalised output o, and divide once, after the loop."
-)
+_RESCALE = "the running {} must be rescaled too, by e^(m − m_new) when the max rises, before "
+_EACH_BLOCK = "you normalised each block on its own; the sum to divide by covers *all* keys."
 _BLOCK_FLAWS = {  # the causal ones first: on a case without the flag they change nothing
-    "causal ignored": "the causal flag is ignored: every query attended to every key. Query "
-    "i may attend only to keys 0..i: each block's later keys are blocked with -inf before "
-    "the max and the exp.",
-    "causal block positions": "the mask is right in the first block only: a key's position "
-    "is the block's start j plus its index inside the block, not the index alone.",
+    "causal ignored": "the causal flag is ignored: every query attended to every key.",
+    "causal block positions": "the mask is right in the first block only: a key's position is "
+    "the block's start j plus its index inside the block.",
     "causal upper triangle": families.CAUSAL["causal upper triangle"],
-    "causal strict future": "the causal mask is inverted: query i attended to the keys after "
-    "it, and it may attend to keys 0..i, itself included.",
+    "causal strict future": "the causal mask is inverted: query i attended to the keys after it.",
     "causal without the diagonal": families.CAUSAL["causal without the diagonal"],
     "mask filled with 0": families.MASK["mask filled with 0"],
-    "causal after exp": "NaN: the mask was applied after the exp, so the running max "
-    "includes the huge scores of keys the query may not see. Its own exponentials then "
-    "underflow to 0, and ℓ = 0. The scores are blocked before the max and the exp.",
-    "sum not rescaled": _RESCALE.format("sum ℓ") + "e^(m − m_new), before the new block's "
-    "sum is added. Yours adds the new block's sum without rescaling the old one.",
-    "output not rescaled": _RESCALE.format("output o") + "e^(m − m_new), before the new "
-    "block's weighted values are added.",
-    "nothing rescaled": "nothing is rescaled when the running max changes. What was summed "
-    "under the old max m is e^(s − m); under the new max it must be e^(s − m_new) = "
-    "e^(s − m) · e^(m − m_new): both ℓ and o take that factor before the new block is added.",
-    "block max": "m must be the running max over all the blocks so far, the larger of the "
-    "old m and this block's max (elementwise). With the block's own max, e^(m − m_new) "
-    "overflows when a later block has much smaller scores.",
-    "max not subtracted": "exp overflowed: the running max is not subtracted. With the "
-    "running max of the scores seen so far subtracted before each exp, every exponential is "
-    "at most 1.",
-    "divided in the loop": "you divided by the running sum inside the loop, and the next "
-    "block then adds unnormalised values to a normalised o. Keep o unnormalised and divide "
-    "by ℓ once, after the loop.",
+    "causal after exp": "NaN: the mask was applied after the exp, so the running max includes "
+    "scores of keys the query may not see: its own exponentials underflow to 0, and ℓ = 0.",
+    "sum not rescaled": _RESCALE.format("sum ℓ") + "the new block's sum is added.",
+    "output not rescaled": _RESCALE.format("output o") + "the new block's values are added.",
+    "nothing rescaled": "nothing is rescaled: when the max rises, ℓ and o both take e^(m − m_new).",
+    "block max": "m must be the running max over all the blocks so far, not this block's own.",
+    "max not subtracted": "exp overflowed: the running max is not subtracted before each exp.",
+    "divided early": "you divided by the running sum inside the loop, before every block is in.",
     "each block normalised": _EACH_BLOCK,
     "blocks averaged": _EACH_BLOCK,
-    "last block only": "your result is the attention over the last block of keys only: the "
-    "loop overwrites ℓ and o instead of accumulating. Each block's terms are added to the "
-    "(rescaled) running ones.",
-    "not divided": "o is the unnormalised sum Σ e^(s − m) v; the softmax needs one division "
-    "by the running sum ℓ, after the loop.",
-    "lse: log of the sum": "your log-sum-exp is log ℓ alone. ℓ sums e^(s − m), so "
-    "log Σ e^s = m + log ℓ: the running max is missing.",
+    "last block only": "the result covers the last block of keys only: ℓ and o are overwritten.",
+    "not divided": "o is the unnormalised sum Σ e^(s − m) v; the softmax needs one division by "
+    "the running sum ℓ, after the loop.",
+    "lse: log of the sum": "your log-sum-exp is log ℓ alone; log Σ e^s is m + log ℓ.",
     "lse: the max": "your log-sum-exp is the running max m alone; log Σ e^s = m + log ℓ.",
     "lse: no log": "your log-sum-exp is m + ℓ; it is m + log ℓ (ℓ sums e^(s − m)).",
     "no scale": families.ATTENTION["no scale"],
 }
-_BLOCK_MISTAKES = [
-    Mistake(flaw, functools.partial(_blocks, flaw=flaw), why) for flaw, why in _BLOCK_FLAWS.items()
-]
 
 
 def _block_cases():
@@ -346,29 +271,14 @@ def _block_cases():
         "huge scores (about ±1000; exp overflows above ~710 in float64): q × 300, block_size 4",
         (300 * randn(2, 5, 8), randn(2, 12, 8), randn(2, 12, 6), 4),
     )
-    # keys along w scaled so that the scores fall from about 1000 in the first block to 0..200 in
-    # the second (a block's own max is then no use)
+    # keys along w: the scores fall from about 1000 in the first block to 0..200 in the second
     c = torch.cat([torch.linspace(1200, 1000, 4), torch.linspace(200, 0, 4)]).double()
     k = c[:, None] * w * math.sqrt(8) / (q @ w).mean() + 0.3 * randn(8, 8)
     yield Case("huge scores that fall: 1000..1200, then 0..200", (q, k, randn(8, 6), 4))
     g = torch.Generator().manual_seed(7)
     q, k, v = (torch.randn(2, L, 8, generator=g, dtype=torch.float64) for L in (5, 12, 12))
-    never = {"never": (5, 12), "why": _FULL_SCORES}
-    yield Case("memory: q (2, 5, 8), k and v (2, 12, 8), block_size 4", (q, k, v, 4), extra=never)
-    causal = {"is_causal": True}
-    yield from _causal_cases(g, causal)
-    randn = seeded_randn(26, dtype=torch.float64)
-    for name, (L, S, b), times, flags in [
-        ("return_lse on: q (2, 5, 8), k, v (2, 12, 8), block_size 4", (5, 12, 4), 1, {}),
-        ("return_lse on, huge scores (q × 300), block_size 5", (5, 12, 5), 300, {}),
-        ("return_lse on, is_causal on: L = S = 10, block_size 3", (10, 10, 3), 1, causal),
-    ]:
-        args = (randn(2, L, 8) * times, randn(2, S, 8), randn(2, S, 8), b)
-        yield Case(name, args, {"return_lse": True, **flags})
-
-
-def _causal_cases(g, causal):
-    randn = seeded_randn(16, dtype=torch.float64)
+    yield Case("memory: q (2, 5, 8), k and v (2, 12, 8), block_size 4", (q, k, v, 4))
+    causal, randn = {"is_causal": True}, seeded_randn(16, dtype=torch.float64)
     for name, batch, (L, D, Dv, b) in [
         ("is_causal on: q, k, v (10, 8), block_size 4", (), (10, 8, 8, 4)),
         ("is_causal on, batch and heads (2, 3): L 9, block_size 3", (2, 3), (9, 8, 8, 3)),
@@ -382,39 +292,35 @@ def _causal_cases(g, causal):
     args = (q, k + 0.01 * randn(8, 8), randn(8, 5), 4)
     yield Case("is_causal on, the later keys score up to 1000: block_size 4", args, causal)
     q, k, v = (torch.randn(2, 12, 8, generator=g, dtype=torch.float64) for _ in range(3))
-    never = {"never": (12, 12), "why": _FULL_MASK}
-    yield Case(
-        "is_causal on, memory: q, k, v (2, 12, 8), block_size 4", (q, k, v, 4), causal, never
-    )
+    yield Case("is_causal on, memory: q, k, v (2, 12, 8), block_size 4", (q, k, v, 4), causal)
+    randn = seeded_randn(26, dtype=torch.float64)
+    for name, (L, S, b), times, flags in [
+        ("return_lse on: q (2, 5, 8), k, v (2, 12, 8), block_size 4", (5, 12, 4), 1, {}),
+        ("return_lse on, huge scores (q × 300), block_size 5", (5, 12, 5), 300, {}),
+        ("return_lse on, is_causal on: L = S = 10, block_size 3", (10, 10, 3), 1, causal),
+    ]:
+        args = (randn(2, L, 8) * times, randn(2, S, 8), randn(2, S, 8), b)
+        yield Case(name, args, {"return_lse": True, **flags})
 
 
-_FULL_SCORES = (
-    "the scores of all the keys are computed at once. The point of the exercise is to never hold "
-    "them: take the keys block_size at a time, and compute only that block's (..., L, block) "
-    "scores."
-)
-_FULL_MASK = (
-    "the whole (L, S) causal mask is built. The causal flag exists so that no L×S tensor is "
-    "needed: each block's mask comes from the positions of its keys and of the queries."
-)
-_OVERFLOW = (
-    "inf or NaN in the output: an exp overflowed. The running max comes off the scores before "
-    "each exp, and the old sums are rescaled by e^(m − m_new) when it rises."
-)
+_FULL_SCORES = "the scores of all the keys at once; a block of keys at a time needs its own only."
+_FULL_MASK = "the whole (L, S) causal mask is built; each block's comes from its positions."
+_OVERFLOW = "inf or NaN in the output: an exp overflowed, the running max not subtracted first."
 _CRASH = (
-    "a shape mix-up. The running max m and sum ℓ are (..., L, 1), the output o is (..., L, Dv); "
-    "one block is block_size keys and values from position j on, its scores are (..., L, block). "
-    "The last block may be shorter than block_size."
+    "a shape mix-up. m and ℓ are (..., L, 1), o (..., L, Dv); a block is block_size keys and "
+    "values from position j on, its scores are (..., L, block). The last block may be shorter."
 )
 
 
 def _call(candidate, case: Case, table: Table):
     """The answer on the case; in a memory case, first: does it build the (L, S) tensor?"""
-    never = case.extra.get("never")
-    if never and builds(candidate, case.name, case.args, never, table.crash, **case.kwargs):
+    L, S = case.args[0].size(-2), case.args[1].size(-2)
+    memory = "memory" in case.name
+    if memory and builds(candidate, case.name, case.args, (L, S), table.crash, **case.kwargs):
+        why = _FULL_MASK if case.kwargs.get("is_causal") else _FULL_SCORES
         raise ExerciseFailure(
             f"Case {case.name!r}: your function builds a tensor of shape (..., L, S) = "
-            f"(..., {never[0]}, {never[1]}).\nLikely cause: {case.extra['why']}"
+            f"(..., {L}, {S}).\nLikely cause: {why}"
         )
     return call_diagnosed(candidate, case, table.mistakes_for(case), table.crash)
 
@@ -425,24 +331,20 @@ def _pair_when_asked(case: Case, got, expected) -> None:
     elif isinstance(got, (tuple, list)):
         raise ExerciseFailure(
             f"Case {case.name!r}: your result is a {type(got).__name__}, expected the output "
-            "tensor.\nLikely cause: without return_lse the result is the output tensor alone; the "
-            "pair (output, lse) comes only when return_lse is True."
+            "tensor.\nLikely cause: the pair (output, lse) comes only when return_lse is True."
         )
 
 
 def _lse_shape(got, case: Case) -> str:
     if tuple(got.shape) == (*case.args[0].shape[:-1], 1):
-        return (
-            "the lse has one number per query, (..., L), without the trailing axis of size 1 of "
-            "the running state."
-        )
+        return "one lse per query, (..., L), without the trailing axis of size 1 of m and ℓ."
     return "one number per query: (..., L)."
 
 
 BLOCKS = Table(
     cases=_block_cases,
     reference=attention_in_blocks,
-    mistakes=_BLOCK_MISTAKES,
+    mistakes=families.flawed(_blocks, _BLOCK_FLAWS, **_BLOCK_FLAWS),
     call=_call,
     crash=_CRASH,
     shape_checks=[_pair_when_asked],
@@ -461,8 +363,7 @@ BLOCKS = Table(
 
 
 def _accepts(candidate, name: str) -> bool:
-    """Whether the answer's signature takes the keyword ``name`` (the lesson's skeleton does; an
-    answer written to the older four-argument signature does not, and still passes)."""
+    """Whether the answer takes the keyword ``name`` (an older four-argument answer does not)."""
     try:
         parameters = inspect.signature(candidate).parameters.values()
     except (TypeError, ValueError):
@@ -470,26 +371,20 @@ def _accepts(candidate, name: str) -> bool:
     return any(p.name == name or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
+_REFERENCE = "the course's reference (mha_course.reference)"
+
+
 @exercise(
     "attention_in_blocks",
     "06",
     reference=attention_in_blocks,
-    todo="Replace `raise NotImplementedError` with the online softmax: running max, running sum, "
-    "rescaled output, one division at the end.",
+    todo="Replace `raise NotImplementedError` with the online softmax over blocks of keys.",
     points=3,
-    own_work={
-        "torch's scaled_dot_product_attention": F.scaled_dot_product_attention,
-        "the course's scaled_dot_product_attention (mha_course)": (
-            attention.scaled_dot_product_attention
-        ),
-        "the course's reference (mha_course.reference)": attention_in_blocks,
-    },
+    own_work={**ATTENTION_ROUTINES, _REFERENCE: attention_in_blocks},
 )
 def check_attention_in_blocks(candidate) -> int:
-    """Check ``candidate(q, k, v, block_size) -> (..., L, Dv)`` on the cases of :data:`BLOCKS`:
-    block sizes that do and do not divide S, a max that rises at every block, huge scores, and no
-    (..., L, S) tensor built; where its signature takes them, ``is_causal=True`` and
-    ``return_lse=True`` (the pair (output, log-sum-exp (..., L))) too."""
+    """Check ``candidate(q, k, v, block_size) -> (..., L, Dv)`` on the cases of :data:`BLOCKS`,
+    with ``is_causal=True`` and ``return_lse=True`` too where its signature takes them."""
     flags = {name for name in ("is_causal", "return_lse") if _accepts(candidate, name)}
     cases = [case for case in _block_cases() if set(case.kwargs) <= flags]
     return run(candidate, replace(BLOCKS, cases=lambda: cases), "attention_in_blocks")

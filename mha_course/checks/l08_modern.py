@@ -1,6 +1,5 @@
-"""Lesson 08's attention of today's models: RoPE (``rotary``, and inside causal attention over
-a cache, ``rope_attention``), ALiBi's bias, grouped-query and sliding-window attention; each is
-held to the library's own, and its classic mistakes are written once, with a flaw switched on."""
+"""Lesson 08's attention of today's models: RoPE (``rotary``, and inside causal attention over a
+cache, ``rope_attention``), ALiBi's bias, grouped-query and sliding-window attention."""
 
 from __future__ import annotations
 
@@ -34,34 +33,27 @@ def _rope(x, positions, base=10000.0, interleaved=False, flaw=""):
     angles = p.double()[:, None] * base**exponent * (-1 if flaw == "rotated the other way" else 1)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     cos, sin = (sin, cos) if flaw == "cos and sin swapped" else (cos, sin)
-    pairs = {"neighbours always": True, "halves always": False}.get(flaw, interleaved)
+    pairs = {"neighbours": True, "halves": False}.get(flaw, interleaved)
     x1, x2 = (x[..., 0::2], x[..., 1::2]) if pairs else x.chunk(2, dim=-1)
     y = (x1 * cos - x2 * sin, x2 * cos + x1 * sin)
-    in_place = pairs and flaw != "put back as halves"
+    in_place = pairs and flaw != "put back"
     return torch.stack(y, dim=-1).flatten(-2) if in_place else torch.cat(y, dim=-1)
 
 
 _ROTARY_TEXTS = {
-    "neighbours always": "you paired neighbouring features (2i, 2i + 1), the interleaved layout; "
-    "without `interleaved` (the default, rotate half) feature i pairs with feature i + D/2.",
-    "halves always": "your rotation ignores `interleaved`: when it is true, pair i is two "
-    "neighbours, features 2i and 2i + 1 (Meta's Llama, GPT-J), not i and i + D/2.",
-    "put back as halves": "the interleaved pairs are the right ones, but their rotated values are "
-    "written back as two halves; each rotated feature goes back where it came from, 2i and 2i + 1.",
-    "positions ignored": "your rotation ignores `positions` and numbers the tokens 0, 1, 2, ... "
-    "With a KV cache they continue where the cache stopped: token t turns by positions[t] · θ_i.",
+    "neighbours": "you paired neighbouring features (2i, 2i + 1); by default i pairs with i + D/2.",
+    "halves": "your rotation ignores `interleaved`: if true, pair i is features 2i and 2i + 1.",
+    "put back": "the pairs are right, but their rotated values are written back as two halves.",
+    "positions ignored": "your rotation ignores `positions` and numbers the tokens 0, 1, 2, ...",
     "exponent i/D": "your frequencies are base^(-i/D); pair i turns by θ_i = base^(-2i/D).",
-    "exponent 2i/D, positive": "your frequencies grow with i (base^(+2i/D)); θ_i = base^(-2i/D): "
-    "the first pair turns fastest, 1 radian per position.",
-    "rotated the other way": "you turned each pair by -p·θ_i (clockwise); +p·θ_i turns the "
-    "first feature of a pair towards the second.",
-    "cos and sin swapped": "cos and sin are swapped: at position 0 (angle 0) the rotation leaves "
-    "x unchanged, since cos(0) = 1.",
+    "exponent 2i/D, positive": "your frequencies grow with i (base^(+2i/D)); θ_i = base^(-2i/D).",
+    "rotated the other way": "you turned each pair by -p·θ_i (clockwise), not +p·θ_i.",
+    "cos and sin swapped": "cos and sin are swapped: at position 0 the rotation leaves x as it is.",
 }
-
-
 _SIGNATURE = "the skeleton's rotary takes an `interleaved` argument (false by default): keep it."
 _SHAPES = "x is (..., L, D): the angles are (L, D/2), one per token and pair, like x's pairs."
+_X_SHAPE = "the result has x's shape: each feature is replaced by its rotated one."
+_ROTATED = "check the pairs (i and i + D/2; 2i and 2i + 1 when interleaved) and the angle p·θ_i."
 
 
 def _rotary_cases():
@@ -82,8 +74,7 @@ def _same_dtype(case: Case, got, expected) -> None:
     if isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype != x.dtype:
         raise ExerciseFailure(
             f"Case {case.name!r}: your result is {got.dtype}, expected {x.dtype}, the dtype of x."
-            "\nLikely cause: the angles may be computed in any precision, but cos and sin are "
-            "brought back to x's dtype before they meet x."
+            "\nLikely cause: cos and sin are brought back to x's dtype before they meet x."
         )
 
 
@@ -103,14 +94,7 @@ check_rotary = exercise(
         double=False,
         mistakes=families.flawed(_rope, _ROTARY_TEXTS, **_ROTARY_TEXTS),
         shape_checks=[_same_dtype],
-        outputs=[
-            Out(
-                "the rotated features",
-                shape_hint="the result has x's shape: each feature is replaced by its rotated one.",
-                fallback="check which features pair up (i and i + D/2; 2i and 2i + 1 when "
-                "interleaved) and the angle p·θ_i, θ_i = base^(-2i/D).",
-            )
-        ],
+        outputs=[Out("the rotated features", shape_hint=_X_SHAPE, fallback=_ROTATED)],
         crash=lambda error, case: _SIGNATURE if "interleaved" in str(error) else _SHAPES,
     ),
 )
@@ -137,16 +121,16 @@ def _rope_attention(q, k, v, positions, rotate, flaw=""):
 
 
 _ROPE_TEXTS = {
-    "values rotated": "you rotated the values too. RoPE turns only queries and keys, so that "
-    "their dot product (the score) depends on the offset; the values stay as they are.",
-    "queries at the first positions": "the queries are rotated as the first tokens, not the last L.",
-    "keys not rotated": "only the queries are rotated; the keys turn too, each by its own "
-    "position, so that q_m · k_n depends on m - n.",
+    "values rotated": "you rotated the values too; RoPE turns only queries and keys.",
+    "queries at the first positions": "the queries are rotated as the first tokens, not the last.",
+    "keys not rotated": "only the queries are rotated; the keys turn too, each by its position.",
     "queries not rotated": "only the keys are rotated; the queries turn too, by their positions.",
     "causal top-left": families.CAUSAL["causal top-left"],
     "mask ignored": "there is no causal mask: a query must not see the keys after its own token.",
     "off-by-one diagonal": families.CAUSAL["off-by-one diagonal"],
 }
+_LIKE_Q = "the output has one row per query, like q: (B, H, L, D)."
+_ROPE = "q and k (not v) turn by their own positions, then causal attention with the scale 1/√D."
 
 
 def _rope_attention_cases():
@@ -170,14 +154,7 @@ check_rope_attention = exercise(
         cases=_rope_attention_cases,
         reference=rope_attention,
         mistakes=families.flawed(_rope_attention, _ROPE_TEXTS, **_ROPE_TEXTS),
-        outputs=[
-            Out(
-                "the outputs",
-                shape_hint="the output has one row per query, like q: (B, H, L, D).",
-                fallback="q and k (not v) turn by their own positions, then causal attention "
-                "with the scale 1/√D.",
-            )
-        ],
+        outputs=[Out("the outputs", shape_hint=_LIKE_Q, fallback=_ROPE)],
         crash="q is (B, H, L, D) and k, v (B, H, S, D): q turns by the positions of its L "
         "tokens and k by all S; the causal mask is (L, S).",
     ),
@@ -199,13 +176,12 @@ def _geometric(n, flaw=""):
 
 def _alibi(H, L, S, flaw=""):
     P = H if flaw == "one sequence for any H" else 1 << (H.bit_length() - 1)
-    extra = {"extra slopes in a row": slice(None), "extra slopes repeated": slice(1, None, 2)}
-    m = torch.cat(
-        (_geometric(P, flaw), _geometric(2 * P, flaw)[extra.get(flaw, slice(0, None, 2))])
-    )
+    extra = {"in a row": slice(None), "repeated": slice(1, None, 2)}
+    between = _geometric(2 * P, flaw)[extra.get(flaw, slice(0, None, 2))]  # 2P's, between P's
+    m = torch.cat((_geometric(P, flaw), between))
     m = 2.0 ** -torch.arange(1.0, H + 1) if flaw == "eight heads' slopes" else m[:H]
     m = m.flip(0) if flaw == "slopes reversed" else m
-    i = torch.arange(L)[:, None] + (0 if flaw == "queries at the first positions" else S - L)
+    i = torch.arange(L)[:, None] + (0 if flaw == "queries first" else S - L)
     j = torch.arange(S)
     distance = {"wrong sign": i - j, "BLOOM's form m·j": j.expand(L, S)}.get(flaw, j - i)
     return m[:, None, None] * distance
@@ -231,24 +207,32 @@ _RULE = "the slopes of the largest power of two P <= H, then every other slope o
 _SLOPES = f"H a power of two: 2^(-8/H), its square, its cube, ...; any other H: {_RULE}"
 _ALIBI_TEXTS = {
     "slopes reversed": f"your slopes are in reverse order: head 0 has the steepest ({_SLOPES}).",
-    "wrong sign": "the bias has the wrong sign: a key further back gets a *lower* score, "
-    "-m_h · (i - j), negative below the diagonal.",
+    "wrong sign": "the bias has the wrong sign: a key further back gets a *lower* score.",
     "exponent h instead of h + 1": "your first slope is 1 (2^0); the sequence starts at 2^(-8/H).",
     "the 8 missing": "your slopes are 2^(-(h+1)/H): the exponent lacks a factor 8 (1/2 .. 1/256).",
-    "eight heads' slopes": "your slopes are 1/2, 1/4, 1/8, ...: right for 8 heads only (lesson "
-    f"02's). They depend on H: {_SLOPES}.",
+    "eight heads' slopes": f"your slopes 1/2, 1/4, 1/8, ... are right for 8 heads only; {_SLOPES}.",
     "one sequence for any H": "your slopes are 2^(-8(h+1)/H) for an H that is not a power of "
-    f"two; the paper's rule for such an H: {_RULE} (the ones between those of P).",
-    "extra slopes in a row": "the heads after the first P take 2P's slopes in a row; they take "
-    "every other one, those that fall between P's slopes.",
-    "extra slopes repeated": "the heads after the first P repeat slopes that P's heads already "
-    "have; they take 2P's other slopes, those that fall between P's.",
-    "queries at the first positions": "your queries sit at positions 0 .. L - 1; they are the "
-    "last L of the S tokens (a KV cache holds the others), so query i is at position S - L + i.",
-    "BLOOM's form m·j": "yours is m_h · j (BLOOM's form), which differs from -m_h · (i - j) by "
-    "m_h · i, the same for every key of a row (the softmax ignores it); the exercise asks for "
-    "the bias itself, 0 where a query meets its own token.",
+    f"two; the paper's rule for such an H: {_RULE}.",
+    "in a row": "the heads after the first P take 2P's slopes in a row, not every other one.",
+    "repeated": "the heads after the first P repeat slopes that P's heads already have.",
+    "queries first": "your queries sit at positions 0 .. L - 1, not the last L of the S tokens.",
+    "BLOOM's form m·j": "yours is m_h · j (BLOOM's form), off from -m_h · (i - j) by m_h · i in "
+    "each row; the exercise asks for the bias itself.",
 }
+_BIASES = {
+    "shape_hint": "one bias per head, query and key: (num_heads, L, S).",
+    "fallback": f"bias[h, i, j] = -m_h · (how far key j is behind query i); {_SLOPES}.",
+}
+_ALIBI_CASES = [(8, 5, 5), (4, 6, 6), (16, 3, 3), (1, 4, 4), (2, 3, 7), (8, 1, 9), (12, 4, 4)]
+_ALIBI_CASES += [(6, 5, 5), (3, 2, 6)]  # H, L, S
+
+
+def _alibi_cases():
+    for H, L, S in _ALIBI_CASES:
+        tokens = f"L = S = {L}" if L == S else f"the last {L} of {S} tokens"
+        yield Case(f"H = {H}, {tokens}", (H, L, S))
+
+
 check_alibi_bias = exercise(
     "alibi_bias",
     "08",
@@ -259,25 +243,11 @@ check_alibi_bias = exercise(
         "the course's alibi_slopes (mha_course)": alibi.alibi_slopes,
     },
     table=Table(
-        cases=lambda: [
-            Case(
-                f"H = {H}, " + (f"L = S = {L}" if L == S else f"the last {L} of {S} tokens"),
-                (H, L, S),
-            )
-            for H, L, S in [(8, 5, 5), (4, 6, 6), (16, 3, 3), (1, 4, 4), (2, 3, 7), (8, 1, 9)]
-            + [(12, 4, 4), (6, 5, 5), (3, 2, 6)]
-        ],
+        cases=_alibi_cases,
         reference=alibi_bias,
         mistakes=families.flawed(_alibi, _ALIBI_TEXTS, **_ALIBI_TEXTS),
         shape_checks=[_float],
-        outputs=[
-            Out(
-                "the biases (where key j is not after query i)",
-                _causal_part,
-                shape_hint="one bias per head, query and key: (num_heads, L, S).",
-                fallback=f"bias[h, i, j] = -m_h · (how far key j is behind query i); {_SLOPES}.",
-            )
-        ],
+        outputs=[Out("the biases (where key j is not after query i)", _causal_part, **_BIASES)],
         crash="the slopes are (H,) and the distances (L, S): a slope per head times a distance "
         "per query and key broadcasts to (H, L, S).",
     ),
@@ -302,15 +272,13 @@ def _gqa(q, k, v, attn_mask=None, flaw=""):
     return families.attention(q, k, v, attn_mask, flaw)
 
 
-_INTERLEAVE = (
-    "query head h reads key/value head h // G, G = H / H_kv: heads 0..G-1 share key/value head "
-    "0, the next G share head 1, and so on (what torch's enable_gqa does)"
-)
+_INTERLEAVE = "query head h reads key/value head h // G, G = H / H_kv (as torch's enable_gqa)"
+_EVERY_HEAD = "a row per query of every query head."
+_READS = f"check which key/value head each query head reads: {_INTERLEAVE}."
 _GQA_TEXTS = {
     "repeat instead of repeat_interleave": "your query heads read the key/value heads in turn, h "
-    f"% H_kv: whole copies stacked (0, 1, 0, 1, ...). The grouping is consecutive: {_INTERLEAVE}.",
-    "h // H_kv": "your query head h reads key/value head h // H_kv; the division is by the group "
-    f"size G = H / H_kv: {_INTERLEAVE}.",
+    f"% H_kv; {_INTERLEAVE}.",
+    "h // H_kv": f"your query head h reads key/value head h // H_kv; {_INTERLEAVE}.",
 }
 _GQA_FLAWS = [*_GQA_TEXTS, *families.ATTENTION, "mask ignored", "mask inverted"]
 _GQA_FLAWS += ["mask filled with 0", "mask after the softmax"]
@@ -318,11 +286,11 @@ _GQA_FLAWS += ["mask filled with 0", "mask after the softmax"]
 
 def _gqa_crash(got, case: Case) -> str:
     mask = case.kwargs.get("attn_mask")
-    mask = "" if mask is None else f", the mask {tuple(mask.shape)} broadcast as it is against"
+    if mask is not None:
+        mask = f" (the mask {tuple(mask.shape)} broadcast as it is against the scores (B, H, L, S))"
     return (
-        "a shape mix-up. query is (B, H, L, D), key and value (B, H_kv, S, ·) with fewer heads: "
-        "each query head gets its key/value head first (the heads' axis grows from H_kv to H), "
-        f"then attention as in lesson 01{mask and mask + ' the scores (B, H, L, S)'}."
+        "a shape mix-up. query is (B, H, L, D), key and value (B, H_kv, S, ·): each query head "
+        f"gets its key/value head first, then attention{mask or ''}."
     )
 
 
@@ -340,12 +308,10 @@ def _gqa_cases():
     ]:
         mask = {} if mask is None else {"attn_mask": mask}
         yield Case(name, (randn(*q), randn(*kv, q[-1]), randn(*kv, Dv)), mask)
-    yield Case(
-        "6 query heads, 4 key/value heads: 6 is not a multiple of 4",
-        (randn(1, 6, 3, 8), randn(1, 4, 3, 8), randn(1, 4, 3, 8)),
-        raises=("multiple",),
-        why="6 query heads cannot share 4 key/value heads equally: H must be a multiple of H_kv",
-    )
+    bad = (randn(1, 6, 3, 8), randn(1, 4, 3, 8), randn(1, 4, 3, 8))
+    name = "6 query heads, 4 key/value heads: 6 is not a multiple of 4"
+    why = "6 query heads cannot share 4 key/value heads equally: H must be a multiple of H_kv"
+    yield Case(name, bad, raises=("multiple",), why=why)
 
 
 check_grouped_query_attention = exercise(
@@ -363,13 +329,8 @@ check_grouped_query_attention = exercise(
         mistakes=families.flawed(_gqa, _GQA_FLAWS, **_GQA_TEXTS),
         shape_checks=[pair("output", "weights")],
         outputs=[
-            Out("the weights", 1, shape_hint="(B, H, L, S): a row per query of every query head."),
-            Out(
-                "the outputs",
-                0,
-                shape_hint="(B, H, L, Dv): a row per query of every query head.",
-                fallback=f"check which key/value head each query head reads: {_INTERLEAVE}.",
-            ),
+            Out("the weights", 1, shape_hint="(B, H, L, S): " + _EVERY_HEAD),
+            Out("the outputs", 0, shape_hint="(B, H, L, Dv): " + _EVERY_HEAD, fallback=_READS),
         ],
         crash=_gqa_crash,
     ),
@@ -385,7 +346,7 @@ def _window(q, k, v, window, flaw=""):
     allowed = {
         "not causal": (i - j).abs() < window,
         "window ignored": j <= i,
-        "each block on its own": (j <= i) & (block == j // window),
+        "own block": (j <= i) & (block == j // window),
         "one key too many, in blocks": (j <= i) & (i - j <= window) & (j > (block - 1) * window),
         "no causal part inside the window": (i - j < window) & (j < (block + 1) * window),
     }.get(flaw, (j <= i) & (i - j < reach))
@@ -393,19 +354,16 @@ def _window(q, k, v, window, flaw=""):
 
 
 _WINDOW = "query i sees keys i - window + 1 .. i: `window` keys, itself included"
+_WINDOW_SCALE = f"check the window ({_WINDOW}) and the scale 1/√D."
 _WINDOW_TEXTS = {
     "one key too many": f"your window holds window + 1 keys: {_WINDOW}.",
     "one key too many, in blocks": f"your mask lets a query see window + 1 keys: {_WINDOW}.",
     "one key too few": f"your window holds window - 1 keys: {_WINDOW}.",
-    "not causal": "your window looks ahead too: a query also sees up to window - 1 keys after "
-    f"it. A decoder's window is causal: {_WINDOW}.",
-    "no causal part inside the window": "inside the window a query also sees the keys after "
-    "it, up to the end of its block of queries: the mask keeps the window's far edge but not "
-    f"the causal part. {_WINDOW}.",
-    "window ignored": "your result is plain causal attention: every query sees all the keys "
-    f"before it. The window limits that: {_WINDOW}.",
-    "each block on its own": "each block of queries attends only to the keys of its own block; "
-    "the first queries of a block reach back into the block before (keys from s - window + 1).",
+    "not causal": f"your window looks ahead too; a decoder's is causal: {_WINDOW}.",
+    "no causal part inside the window": "inside the window a query also sees the keys after it, "
+    f"to the end of its block: {_WINDOW}.",
+    "window ignored": f"your result is plain causal attention; the window limits it: {_WINDOW}.",
+    "own block": "each block of queries attends only to the keys of its own block.",
     "no scale": families.ATTENTION["no scale"],
 }
 
@@ -415,9 +373,8 @@ def _call_window(candidate, case: Case, table: Table):
     got, L = call_diagnosed(candidate, case, table.mistakes, table.crash), case.args[0].size(-2)
     if case.name.startswith("memory") and builds(candidate, case.name, case.args, (L, L), ""):
         raise ExerciseFailure(
-            f"Case {case.name!r}: your function builds an (L, L) = ({L}, {L}) tensor (the "
-            "scores, or a mask).\nLikely cause: all the queries at once. The point of the window "
-            "is never to need them all: a block of queries at a time, with the keys it reaches."
+            f"Case {case.name!r}: your function builds an (L, L) = ({L}, {L}) tensor.\nLikely "
+            "cause: all the queries at once; the window needs only a block of them at a time."
         )
     return got
 
@@ -439,8 +396,7 @@ check_sliding_window_attention = exercise(
     "sliding_window_attention",
     "08",
     reference=modern.sliding_window_attention,
-    todo="Replace `raise NotImplementedError` with attention over a window of keys, one block of "
-    "queries at a time.",
+    todo="Replace `raise NotImplementedError` with attention over a window, a block at a time.",
     points=3,
     own_work={
         "the course's sliding_window_attention (mha_course.modern)": modern.sliding_window_attention,
@@ -451,16 +407,9 @@ check_sliding_window_attention = exercise(
         reference=modern.sliding_window_attention,
         mistakes=families.flawed(_window, _WINDOW_TEXTS, **_WINDOW_TEXTS),
         call=_call_window,
-        outputs=[
-            Out(
-                "outputs",
-                shape_hint="the output is (..., L, Dv).",
-                fallback=f"check the window ({_WINDOW}) and the scale 1/√D.",
-            )
-        ],
-        crash="a shape mix-up. A block of queries and the keys its windows reach give scores "
-        "(..., queries of the block, keys reached); the block's mask has the same last two "
-        "sizes. The last block may be shorter.",
+        outputs=[Out("outputs", shape_hint="the output is (..., L, Dv).", fallback=_WINDOW_SCALE)],
+        crash="a shape mix-up: a block's scores and mask are (..., its queries, the keys they "
+        "reach). The last block may be shorter.",
         atol=1e-6,
         rtol=1e-6,
     ),
