@@ -172,13 +172,13 @@ _SAMPLE_LOGITS = [  # no ties, the largest at different places
     [-1.0, 0.0, 0.2, -0.4, 0.6, 1.1],
     [0.0, 3.0, -2.0, 1.5, 2.2, -0.7],
 ]
-_SAMPLES = [  # name, temperature, top_k
-    ("temperature 1.0, every token: logits (4, 6)", 1.0, None),
-    ("temperature 0.5 (sharper)", 0.5, None),
-    ("temperature 2.0 (flatter)", 2.0, None),
-    ("top_k=3, temperature 1.0", 1.0, 3),
-    ("top_k=2, temperature 0.7", 0.7, 2),
-    ("top_k=5 of 6, temperature 1.5", 1.5, 5),
+_SAMPLES = [  # the logits' (temperature, top_k)
+    Case("temperature 1.0, every token: logits (4, 6)", (1.0, None)),
+    Case("temperature 0.5 (sharper)", (0.5, None)),
+    Case("temperature 2.0 (flatter)", (2.0, None)),
+    Case("top_k=3, temperature 1.0", (1.0, 3)),
+    Case("top_k=2, temperature 0.7", (0.7, 2)),
+    Case("top_k=5 of 6, temperature 1.5", (1.5, 5)),
 ]
 
 
@@ -192,9 +192,9 @@ _SAMPLES = [  # name, temperature, top_k
 def check_sample_next(candidate) -> int:
     """Check ``candidate(logits, temperature=1.0, top_k=None, generator=None)`` -> ids (B, 1)."""
     logits = torch.tensor(_SAMPLE_LOGITS)
-    for seed, (name, t, k) in enumerate(_SAMPLES):
-        case = Case(name, (logits, t, k))
-        _require_shares(case, _draw(candidate, name, logits, t, k, seed))
+    for seed, case in enumerate(_SAMPLES):
+        case = Case(case.name, (logits, *case.args))
+        _require_shares(case, _draw(candidate, case.name, *case.args, seed))
     _require_greedy_and_the_generator(candidate, logits)
     return len(_SAMPLES) + 2
 
