@@ -1,7 +1,6 @@
-"""Lesson 07's encoder–decoder layer: causal self-attention, cross-attention to the encoder's
-output, a feed-forward network, post-LN, held to ``torch.nn.TransformerDecoderLayer`` with the
-same weights. The exercise's ``memory_mask`` is True where a query **may attend** (a real
-source token); torch's ``memory_key_padding_mask`` is its opposite."""
+"""Lesson 07's encoder–decoder layer (post-LN: causal self-attention, cross-attention to the
+encoder's output, FFN), held to torch's ``TransformerDecoderLayer`` with the same weights. Its
+``memory_mask`` is True where a query may attend; torch's ``memory_key_padding_mask`` is not."""
 
 from __future__ import annotations
 
@@ -11,10 +10,9 @@ from torch import nn
 
 from .. import masks, reference
 from ..layernorm import LayerNorm
-from . import families
 from ._core import exercise
-from ._table import Case, Out, Table
-from .l07_decoder import LAYERS, TEXTS, call_layer, causal, nan_cause, torch_layer, with_flaw
+from ._table import Case
+from .l07_decoder import LAYERS, TEXTS, causal, layer_table, torch_layer
 
 
 class DecoderLayer(nn.Module):
@@ -60,7 +58,6 @@ _TEXTS = {
     **TEXTS,
 }
 _FLAWS = [f for f in _TEXTS if "norm on the" not in f and "not normalised" not in f]
-_KEEPS = "the output has the shape of x."
 _STEPS = (
     "post-LN: each sub-layer adds its output to its input, then normalises: norm1 after the "
     "causal self-attention, norm2 after the cross-attention (queries from the decoder, keys and "
@@ -102,6 +99,10 @@ def _torch_decoder_layer(layer, x, memory, memory_mask=None):
     return layer(x, memory, tgt_mask=causal_mask, memory_key_padding_mask=padding)
 
 
+_CRASH = (
+    "the self-attention reads x with the causal mask (T, T) built from x's length; the "
+    "cross-attention's queries come from the decoder, its keys and values from memory."
+)
 check_decoder_layer = exercise(
     "DecoderLayer",
     "07",
@@ -111,15 +112,5 @@ check_decoder_layer = exercise(
     "with its residual and norm.",
     points=2,
     own_work=LAYERS,
-    table=Table(
-        cases=_cases,
-        reference=_torch_decoder_layer,
-        call=call_layer,
-        mistakes=families.flawed(with_flaw, _FLAWS, **_TEXTS),
-        outputs=[Out("outputs", shape_hint=_KEEPS, cause=nan_cause, fallback=_STEPS)],
-        crash="the self-attention reads x with the causal mask (T, T) built from x's length; the "
-        "cross-attention's queries come from the decoder, its keys and values from memory.",
-        atol=1e-4,
-        rtol=1e-3,
-    ),
+    table=layer_table(_cases, _torch_decoder_layer, _FLAWS, _TEXTS, _STEPS, _CRASH),
 )

@@ -1,7 +1,7 @@
 """Lesson 07's language model: GPT-2's causal block (DecoderBlock), held to torch's pre-LN
-``TransformerEncoderLayer`` with its weights copied into the learner's parts by name, the classic
-mistakes being torch's layer written out once (:func:`with_flaw`) with a flaw on; and CharLM,
-held to its own parts, the positions from ``start``, no logit seeing a later token."""
+``TransformerEncoderLayer`` with its weights copied into the learner's parts, the mistakes being
+torch's layer written out once (:func:`with_flaw`) with a flaw on; and CharLM, held to its own
+parts, the positions from ``start``, no logit seeing a later token."""
 
 from __future__ import annotations
 
@@ -113,14 +113,11 @@ def with_flaw(src, x, memory=None, memory_mask=None, flaw: str = ""):
     inverted = {"causal mask inverted": "self_attn", "memory mask inverted": "multihead_attn"}
 
     def attend(name, query, kv, mask):  # torch's attention written out, the flaw of its mask
-        a = getattr(src, name)
-        w, b = a.in_proj_weight.chunk(3), a.in_proj_bias.chunk(3)
-        q, k, v = (
-            families.split_heads(F.linear(t, w[i], b[i]), a.num_heads)
-            for i, t in enumerate((query, kv, kv))
-        )
-        inverts = "mask inverted, empty rows zeroed" if inverted.get(flaw) == name else ""
-        return a.out_proj(families.merge_heads(families.attention(q, k, v, mask, inverts)[0]))
+        a, inverts = getattr(src, name), "mask inverted, empty rows zeroed"
+        packed = zip((query, kv, kv), a.in_proj_weight.chunk(3), a.in_proj_bias.chunk(3))
+        q, k, v = (families.split_heads(F.linear(t, w, b), a.num_heads) for t, w, b in packed)
+        out, _ = families.attention(q, k, v, mask, inverts if inverted.get(flaw) == name else "")
+        return a.out_proj(families.merge_heads(out))
 
     def cross(t):
         q = x if flaw == "cross-attention reads x" else t
@@ -151,10 +148,9 @@ TEXTS = {
     "token it has to predict among them.",
     "causal mask inverted": "the causal mask is inverted: True means 'may attend' (as in your "
     "MultiHeadAttention), on and below the diagonal.",
-    "the norms in the other place": "the LayerNorms sit in the other place. GPT-2's block is "
-    "pre-LN (each sub-layer normalises its input, its output is added to x unchanged); the "
-    "original decoder layer post-LN (each sub-layer adds its output to its input, then "
-    "normalises).",
+    "the norms in the other place": "the LayerNorms sit in the other place: GPT-2's block is "
+    "pre-LN (a sub-layer normalises its input, adds its output to x), the original decoder layer "
+    "post-LN (a sub-layer adds its output to its input, then normalises).",
     "the norm on the residual path": "the LayerNorm's output replaces x on the residual path; "
     "pre-LN normalises only what goes into the sub-layer.",
     "no self-attention residual": "the residual around the self-attention is missing.",
@@ -163,21 +159,19 @@ TEXTS = {
     "before it read, not that sub-layer's result after its residual add.",
     "FFN input not normalised": "the feed-forward network's input is not normalised first.",
     "norm1 twice": "you used norm1 twice: each sub-layer has its own LayerNorm, in order.",
-    "norm1 and norm2 swapped": "norm1 and norm2 are swapped: norm1 belongs to the first "
-    "sub-layer, the self-attention.",
+    "norm1 and norm2 swapped": "norm1 and norm2 are swapped: norm1 goes with the self-attention.",
     "the other activation": "the activation is the other one: GPT-2's block uses GELU, the "
     "original decoder layer (as torch's default) ReLU.",
     "no activation": "the feed-forward network has no activation between its two Linears.",
 }
+_NAN = (
+    "NaN: some query may attend to no key at all (a softmax over a row of -inf). Is the causal "
+    "mask inverted, or strictly below the diagonal? A token sees itself too."
+)
 
 
 def nan_cause(got, case) -> str | None:
-    if torch.isnan(got).any():
-        return (
-            "NaN: some query may attend to no key at all (a softmax over a row of -inf). Is the "
-            "causal mask inverted, or strictly below the diagonal? A token sees itself too."
-        )
-    return None
+    return _NAN if torch.isnan(got).any() else None
 
 
 _PARTS = (  # the learner's parts: a block's, a decoder layer's
@@ -274,14 +268,15 @@ def call_layer(candidate, case: Case, table: Table):
     return got
 
 
-# ---------------------------------------------------------------- DecoderBlock
+def layer_table(cases, reference, flaws, texts, fallback: str, crash: str) -> Table:
+    """A layer's table: built and loaded with torch's weights (:func:`call_layer`), held to
+    torch's ``reference`` in float64, the mistakes :func:`with_flaw` with ``flaws``."""
+    keeps, mistakes = "the output has the shape of x.", families.flawed(with_flaw, flaws, **texts)
+    outputs = [Out("outputs", shape_hint=keeps, cause=nan_cause, fallback=fallback)]
+    return Table(cases, reference, mistakes, outputs, call_layer, crash, atol=1e-4, rtol=1e-3)
 
-_BLOCKS = [  # name, (d_model, nhead, dim_feedforward), x's shape
-    ("d_model 16, 4 heads, dim_feedforward 32; x (2, 5, 16)", (16, 4, 32), (2, 5, 16)),
-    ("d_model 12, 3 heads, dim_feedforward 24; x (1, 7, 12)", (12, 3, 24), (1, 7, 12)),
-    ("one token per sequence (a generation step): x (3, 1, 8)", (8, 2, 16), (3, 1, 8)),
-    ("d_model 8, 1 head, dim_feedforward 16; x (2, 9, 8)", (8, 1, 16), (2, 9, 8)),
-]
+
+# ---------------------------------------------------------------- DecoderBlock
 
 
 def _block_cases():
@@ -291,6 +286,24 @@ def _block_cases():
         yield Case(name, (layer, torch.randn(*shape, generator=g)), extra={"sizes": sizes})
 
 
+_BLOCKS = [  # name, (d_model, nhead, dim_feedforward), x's shape
+    ("d_model 16, 4 heads, dim_feedforward 32; x (2, 5, 16)", (16, 4, 32), (2, 5, 16)),
+    ("d_model 12, 3 heads, dim_feedforward 24; x (1, 7, 12)", (12, 3, 24), (1, 7, 12)),
+    ("one token per sequence (a generation step): x (3, 1, 8)", (8, 2, 16), (3, 1, 8)),
+    ("d_model 8, 1 head, dim_feedforward 16; x (2, 9, 8)", (8, 1, 16), (2, 9, 8)),
+]
+_BLOCK_FLAWS = [*TEXTS, "causal upper triangle", "causal without the diagonal"]
+_PRE_LN = (
+    "GPT-2's block is pre-LN: each sub-layer normalises its input (norm1 before the attention, "
+    "norm2 before the feed-forward network) and adds its output to x."
+)
+_BLOCK_CRASH = "forward takes x alone: the block builds its causal mask itself, from x's length."
+
+
+def _torch_block(layer, x):
+    return layer(x, src_mask=masks.other_convention(causal(x.size(1))))
+
+
 check_decoder_block = exercise(
     "DecoderBlock",
     "07",
@@ -298,27 +311,7 @@ check_decoder_block = exercise(
     todo="Replace `raise NotImplementedError` in DecoderBlock: its five parts in __init__; in "
     "forward, the causal mask, then the two pre-LN sub-layers.",
     own_work=LAYERS,
-    table=Table(
-        cases=_block_cases,
-        reference=lambda layer, x: layer(x, src_mask=masks.other_convention(causal(x.size(1)))),
-        call=call_layer,
-        mistakes=families.flawed(
-            with_flaw, [*TEXTS, "causal upper triangle", "causal without the diagonal"], **TEXTS
-        ),
-        outputs=[
-            Out(
-                "outputs",
-                shape_hint="the output has the shape of x.",
-                cause=nan_cause,
-                fallback="GPT-2's block is pre-LN: each sub-layer normalises its input (norm1 "
-                "before the attention, norm2 before the feed-forward network) and adds its "
-                "output to x.",
-            )
-        ],
-        crash="forward takes x alone: the block builds its causal mask itself, from x's length.",
-        atol=1e-4,
-        rtol=1e-3,
-    ),
+    table=layer_table(_block_cases, _torch_block, _BLOCK_FLAWS, TEXTS, _PRE_LN, _BLOCK_CRASH),
 )
 
 # ---------------------------------------------------------------- CharLM
@@ -329,6 +322,7 @@ _LM_STEPS = (
     "the token embeddings of ids (B, T) plus the position embeddings of start .. start + T - 1, "
     "the blocks in order, the final norm, the head."
 )
+_LM_SHAPE = "one score per token of the vocabulary at every position: (B, T, vocab_size)."
 
 
 def _lm(model, blocks, ids, start: int, flaw: str = ""):
@@ -362,14 +356,13 @@ _LM_TEXTS = {
     "head's output (the loss and the sampling take the softmax themselves).",
 }
 _LM_MISTAKES = families.flawed(_lm, _LM_TEXTS, **_LM_TEXTS)
-_LM_SHAPE = "one score per token of the vocabulary at every position: (B, T, vocab_size)."
 
 
 def _blocks(model, case: Case) -> list[nn.Module]:
     """The blocks, once the parts are checked: two embeddings, N distinct blocks, a tied head."""
     sizes = case.extra["sizes"]
     d, N = sizes["d_model"], sizes["num_layers"]
-    for name, what in (("token", "vocab_size"), ("position", "max_len")):
+    for name, what in (("position", "max_len"), ("token", "vocab_size")):  # found: the token one
         found = getattr(_part(model, f"{name}_embedding", case, _LM_PARTS), "weight", None)
         if not isinstance(found, torch.Tensor) or tuple(found.shape) != (sizes[what], d):
             made = "no weight" if found is None else f"{found.size(0)} rows of {found.size(-1)}"
@@ -377,23 +370,20 @@ def _blocks(model, case: Case) -> list[nn.Module]:
                 f"Case {case.name!r}: self.{name}_embedding has {made}, expected an nn.Embedding "
                 f"({what}, d_model) = ({sizes[what]}, {d}): one learned vector per row."
             )
-    blocks = _part(model, "blocks", case, _LM_PARTS)
+    blocks, problem = _part(model, "blocks", case, _LM_PARTS), None
     if isinstance(blocks, (list, tuple)):
         problem = f"a Python {type(blocks).__name__}: PyTorch does not see the blocks' weights"
     elif not isinstance(blocks, (nn.ModuleList, nn.Sequential)) or len(blocks) != N:
         problem = f"not a list of num_layers = {N} blocks"
     elif len({id(b) for b in blocks}) != N:
         problem = "one and the same block several times: each layer is a block of its own"
-    else:
-        problem = None
     if problem:
         raise ExerciseFailure(
             f"Case {case.name!r}: self.blocks is {problem}.\nLikely cause: the blocks go in an "
             "nn.ModuleList, which registers them, one new DecoderBlock per layer."
         )
     _part(model, "norm", case, _LM_PARTS)
-    head = _part(model, "head", case, _LM_PARTS)
-    if getattr(head, "weight", None) is not model.token_embedding.weight:
+    if getattr(_part(model, "head", case, _LM_PARTS), "weight", None) is not found:
         raise ExerciseFailure(
             f"Case {case.name!r}: the output head is not tied to the token embedding: the "
             "head's weight is the token embedding's weight itself, one Parameter that reads each "
@@ -406,32 +396,11 @@ def _blocks(model, case: Case) -> list[nn.Module]:
     return list(blocks)
 
 
-_LM_CASES = [  # name, sizes (as _LM_ARGS), ids' shape, start
-    ("vocab 11, d_model 16, 2 heads, 2 layers; ids (2, 6)", (11, 16, 2, 2, 32, 12), (2, 6), 0),
-    ("ids (2, 4) from start 5: positions 5..8 of a text", (11, 16, 2, 2, 32, 12), (2, 4), 5),
-    ("one new token, ids (3, 1), start 9 (a generation step)", (7, 8, 2, 3, 16, 12), (3, 1), 9),
-    ("1 layer, vocab 5, ids (1, 10) as long as max_len", (5, 8, 1, 1, 16, 10), (1, 10), 0),
-]
-
-
 def _lm_cases():
     g = torch.Generator().manual_seed(71)
     for name, sizes, shape, start in _LM_CASES:
         ids = torch.randint(0, sizes[0], shape, generator=g)
         yield Case(name, (ids, start), extra={"sizes": dict(zip(_LM_ARGS, sizes))})
-
-
-def _build_lm(candidate, case: Case) -> nn.Module:
-    """The learner's CharLM, built with the lesson's keywords (torch's names)."""
-    try:
-        return build_module(candidate, case, (), **case.extra["sizes"])
-    except ExerciseFailure as failure:
-        if "keyword argument" not in str(failure.raised):
-            raise
-        raise failure.with_cause(
-            "CharLM's arguments have torch's names, as in nn.TransformerDecoderLayer and the "
-            f"course's DecoderLM: {', '.join(_LM_ARGS)}; the lesson passes them by name."
-        ) from failure.raised
 
 
 def _logits(model, case: Case, ids):
@@ -440,13 +409,20 @@ def _logits(model, case: Case, ids):
         return call_candidate(model, case.name, ids.clone(), crash_hint=_LM_STEPS, **start)
 
 
+_LM_CASES = [  # name, sizes (as _LM_ARGS), ids' shape, start
+    ("vocab 11, d_model 16, 2 heads, 2 layers; ids (2, 6)", (11, 16, 2, 2, 32, 12), (2, 6), 0),
+    ("ids (2, 4) from start 5: positions 5..8 of a text", (11, 16, 2, 2, 32, 12), (2, 4), 5),
+    ("one new token, ids (3, 1), start 9 (a generation step)", (7, 8, 2, 3, 16, 12), (3, 1), 9),
+    ("1 layer, vocab 5, ids (1, 10) as long as max_len", (5, 8, 1, 1, 16, 10), (1, 10), 0),
+]
+
+
 @exercise(
     "CharLM",
     "07",
     reference=CharLM,
     todo="Replace `raise NotImplementedError` in CharLM: the embeddings, the blocks, the final "
-    "norm and the tied head in __init__; in forward, embed the tokens and their positions, run "
-    "the blocks, normalise, score.",
+    "norm and the tied head in __init__; in forward, embed, run the blocks, normalise, score.",
     points=2,
     own_work={"the course's DecoderLM (mha_course)": DecoderLM},
 )
@@ -455,7 +431,15 @@ def check_char_lm(candidate) -> int:
     (``forward(ids, start=0)`` -> logits (B, T, vocab_size)) against its own parts, and that no
     logit depends on a later token."""
     for case in _lm_cases():
-        model = _build_lm(candidate, case).eval()
+        try:  # with the lesson's keywords, torch's names
+            model = build_module(candidate, case, (), **case.extra["sizes"]).eval()
+        except ExerciseFailure as failure:
+            if "keyword argument" not in str(failure.raised):
+                raise
+            raise failure.with_cause(
+                "CharLM's arguments have torch's names, as in nn.TransformerDecoderLayer and the "
+                f"course's DecoderLM: {', '.join(_LM_ARGS)}; the lesson passes them by name."
+            ) from failure.raised
         blocks, (ids, start) = _blocks(model, case), case.args
         got, args = _logits(model, case, ids), (model, blocks, ids, start)
         with torch.no_grad():
