@@ -65,31 +65,22 @@ _STEPS = (
 )
 
 
+_LAYERS = [  # name, (d_model, nhead, dim_feedforward, dropout), (B, T, S), memory's lengths?
+    ("x (2, 5, 16), memory (2, 7, 16), no memory mask", (16, 4, 32, 0.0), (2, 5, 7)),
+    ("memory_mask (2, 1, 1, 7): 3 padding tokens in source 2", (16, 2, 24, 0.0), (2, 4, 7), [7, 4]),
+    ("one target token, x (3, 1, 12); memory_mask", (12, 3, 24, 0.0), (3, 1, 6), [6, 2, 5]),
+    ("a target longer than its source: x (1, 8, 8), memory (1, 3, 8)", (8, 1, 16, 0.0), (1, 8, 3)),
+    ("dropout 0.3 in eval mode: no dropout at all", (8, 2, 16, 0.3), (2, 4, 5), [5, 3]),
+]
+
+
 def _cases():
     g = torch.Generator().manual_seed(74)
-    for seed, (name, sizes, (B, T, S), lengths) in enumerate(
-        [
-            ("x (2, 5, 16), memory (2, 7, 16), no memory mask", (16, 4, 32, 0.0), (2, 5, 7), None),
-            (
-                "memory_mask (2, 1, 1, 7): 3 padding tokens in source 2",
-                (16, 2, 24, 0.0),
-                (2, 4, 7),
-                [7, 4],
-            ),
-            ("one target token, x (3, 1, 12); memory_mask", (12, 3, 24, 0.0), (3, 1, 6), [6, 2, 5]),
-            (
-                "a target longer than its source: x (1, 8, 8), memory (1, 3, 8)",
-                (8, 1, 16, 0.0),
-                (1, 8, 3),
-                None,
-            ),
-            ("dropout 0.3 in eval mode: no dropout at all", (8, 2, 16, 0.3), (2, 4, 5), [5, 3]),
-        ]
-    ):
+    for seed, (name, sizes, (B, T, S), *lengths) in enumerate(_LAYERS):
         layer = torch_layer(nn.TransformerDecoderLayer, sizes, seed, "relu")
         x, memory = (torch.randn(B, n, sizes[0], generator=g) for n in (T, S))
-        real = torch.arange(S) < torch.tensor(lengths or [S])[:, None, None, None]  # (B, 1, 1, S)
-        mask = {} if lengths is None else {"memory_mask": real}
+        real = [torch.arange(S) < torch.tensor(n).view(-1, 1, 1, 1) for n in lengths]
+        mask = dict(zip(["memory_mask"], real))  # (B, 1, 1, S), or none without lengths
         yield Case(name, (layer, x, memory), mask, {"sizes": sizes, "dropout": sizes[3]})
 
 
@@ -103,14 +94,11 @@ _CRASH = (
     "the self-attention reads x with the causal mask (T, T) built from x's length; the "
     "cross-attention's queries come from the decoder, its keys and values from memory."
 )
+_TODO = (
+    "Replace `raise NotImplementedError` in DecoderLayer: its parts in __init__; in forward, "
+    "causal self-attention, cross-attention to memory, the FFN, each with its residual and norm."
+)
+TABLE = layer_table(_cases, _torch_decoder_layer, _FLAWS, _TEXTS, _STEPS, _CRASH)
 check_decoder_layer = exercise(
-    "DecoderLayer",
-    "07",
-    reference=DecoderLayer,
-    todo="Replace `raise NotImplementedError` in DecoderLayer: its parts in __init__; in "
-    "forward, causal self-attention, cross-attention to memory, the feed-forward network, each "
-    "with its residual and norm.",
-    points=2,
-    own_work=LAYERS,
-    table=layer_table(_cases, _torch_decoder_layer, _FLAWS, _TEXTS, _STEPS, _CRASH),
+    "DecoderLayer", "07", reference=DecoderLayer, todo=_TODO, points=2, own_work=LAYERS, table=TABLE
 )

@@ -304,18 +304,22 @@ def _torch_block(layer, x):
     return layer(x, src_mask=masks.other_convention(causal(x.size(1))))
 
 
+_BLOCK_TODO = (
+    "Replace `raise NotImplementedError` in DecoderBlock: its five parts in __init__; in "
+    "forward, the causal mask, then the two pre-LN sub-layers."
+)
+_TABLE = layer_table(_block_cases, _torch_block, _BLOCK_FLAWS, TEXTS, _PRE_LN, _BLOCK_CRASH)
 check_decoder_block = exercise(
-    "DecoderBlock",
-    "07",
-    reference=DecoderBlock,
-    todo="Replace `raise NotImplementedError` in DecoderBlock: its five parts in __init__; in "
-    "forward, the causal mask, then the two pre-LN sub-layers.",
-    own_work=LAYERS,
-    table=layer_table(_block_cases, _torch_block, _BLOCK_FLAWS, TEXTS, _PRE_LN, _BLOCK_CRASH),
+    "DecoderBlock", "07", reference=DecoderBlock, todo=_BLOCK_TODO, own_work=LAYERS, table=_TABLE
 )
 
 # ---------------------------------------------------------------- CharLM
 
+_LM_TODO = (
+    "Replace `raise NotImplementedError` in CharLM: the embeddings, the blocks, the final norm "
+    "and the tied head in __init__; in forward, embed, run the blocks, normalise, score."
+)
+_LM_OWN = {"the course's DecoderLM (mha_course)": DecoderLM}
 _LM_ARGS = ("vocab_size", "d_model", "nhead", "num_layers", "dim_feedforward", "max_len")
 _LM_PARTS = "token_embedding, position_embedding, blocks, norm, head"
 _LM_STEPS = (
@@ -417,15 +421,7 @@ _LM_CASES = [  # name, sizes (as _LM_ARGS), ids' shape, start
 ]
 
 
-@exercise(
-    "CharLM",
-    "07",
-    reference=CharLM,
-    todo="Replace `raise NotImplementedError` in CharLM: the embeddings, the blocks, the final "
-    "norm and the tied head in __init__; in forward, embed, run the blocks, normalise, score.",
-    points=2,
-    own_work={"the course's DecoderLM (mha_course)": DecoderLM},
-)
+@exercise("CharLM", "07", reference=CharLM, todo=_LM_TODO, points=2, own_work=_LM_OWN)
 def check_char_lm(candidate) -> int:
     """Check ``candidate(vocab_size, d_model, nhead, num_layers, dim_feedforward, max_len)``
     (``forward(ids, start=0)`` -> logits (B, T, vocab_size)) against its own parts, and that no

@@ -143,6 +143,11 @@ _ALL_SLOTS = (
     "every call attends over all max_len slots, (B, H, T, max_len): a shape that grows with the "
     "tokens is a new shape, and a new compilation, at every token."
 )
+_TODO = (
+    "Replace `raise NotImplementedError` in StaticCachedAttention: the buffers and the position "
+    "in __init__; in forward, write the new keys and values at their positions, attend over all "
+    "the slots with the mask from the positions, advance the position."
+)
 _IN_PLACE = (
     "is a new tensor after the call. A compiled step (a CUDA graph) reads and writes its "
     "tensors at the addresses it was captured with: the cache is written into, and the "
@@ -225,15 +230,7 @@ def _run_static(candidate, name: str, attn, H: int, x, sizes: list[int], max_len
         _require_step(w, label, before, end, i + 1)
 
 
-@exercise(
-    "StaticCachedAttention",
-    "07",
-    reference=StaticCachedAttention,
-    todo="Replace `raise NotImplementedError` in StaticCachedAttention: the buffers and the "
-    "position in __init__; in forward, write the new keys and values at their positions, attend "
-    "over all the slots with the mask from the positions, advance the position.",
-    points=3,
-)
+@exercise("StaticCachedAttention", "07", reference=StaticCachedAttention, todo=_TODO, points=3)
 def check_static_cached_attention(candidate) -> int:
     """Check ``candidate(attn, num_heads, batch_size, max_len)``, ``forward(query, key, value,
     attn_mask=None)`` on the new tokens -> ``(output (B, T, E), weights (B, H, T, max_len))``,

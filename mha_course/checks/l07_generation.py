@@ -36,16 +36,12 @@ _CRASH = (
 )
 
 
-def _probs(logits, temperature=1.0, top_k=None, flaw=""):
-    """softmax(top-k logits / temperature), with ``flaw`` (None: it cannot be made here)."""
+def _probs(logits, t=1.0, top_k=None, flaw=""):
+    """softmax(top-k logits / temperature t), with ``flaw`` (None: it cannot be made here)."""
     if flaw == "softmax, temperature, softmax again":
         logits = logits.softmax(-1)
-    temperature = {
-        "temperature after the softmax": 1.0,
-        "temperature multiplied": 1 / temperature,
-        "always the likeliest token": 1e-6,
-    }.get(flaw, temperature)
-    scaled = logits / temperature
+    scales = {"temperature after the softmax": 1.0, "temperature multiplied": 1 / t}
+    scaled = logits / scales.get(flaw, 1e-6 if flaw == "always the likeliest token" else t)
     k = (top_k or 0) + {"top-k keeps k - 1": -1, "top-k keeps k + 1": 1}.get(flaw, 0)
     if top_k is None or flaw == "top-k ignored":
         return torch.softmax(scaled, dim=-1)
@@ -166,6 +162,8 @@ def _require_greedy_and_the_generator(candidate, logits) -> None:
         ) from failure.raised
 
 
+_TODO = "Replace `raise NotImplementedError` in sample_next: temperature, top-k, softmax, draw."
+_SAMPLE_OWN = {"the course's sample_next (mha_course)": sample_next}
 _SAMPLE_LOGITS = [  # no ties, the largest at different places
     [2.0, 1.0, 0.5, 0.0, -1.0, -3.0],
     [0.3, -0.2, 1.4, 0.9, -0.5, 0.1],
@@ -182,13 +180,7 @@ _SAMPLES = [  # the logits' (temperature, top_k)
 ]
 
 
-@exercise(
-    "sample_next",
-    "07",
-    reference=sample_next,
-    todo="Replace `raise NotImplementedError` in sample_next: temperature, top-k, softmax, draw.",
-    own_work={"the course's sample_next (mha_course)": sample_next},
-)
+@exercise("sample_next", "07", reference=sample_next, todo=_TODO, own_work=_SAMPLE_OWN)
 def check_sample_next(candidate) -> int:
     """Check ``candidate(logits, temperature=1.0, top_k=None, generator=None)`` -> ids (B, 1)."""
     logits = torch.tensor(_SAMPLE_LOGITS)
@@ -258,13 +250,10 @@ _NEW_ONLY = "the output of the new tokens only, (B, T, E)."
 
 
 def pieces(wrapper, name, attn, H, x, sizes, spec, crash_cause, **options):
-    """Feed x (B, L, E) to the learner's cache ``wrapper`` in pieces of ``sizes`` tokens, as a
-    block calls its attention (its causal mask over the piece), each call inside ``watch()``;
-    hold each piece's (output, weights) to causal attention over the whole sequence (float64),
-    naming the flaws of :func:`fed` in ``spec``'s texts (then the outputs' fallback and the
-    weights' shape hint); ``options``: ``max_len``, ``before``, ``watch``. Yields ``(i, label,
-    start, end, watched)`` after each piece. A crash is explained by ``crash_cause(error, i, start,
-    end)`` (None: the generic hint)."""
+    """Feed x (B, L, E) to the learner's cache in pieces of ``sizes`` tokens as a block does, each
+    call inside ``options``' ``watch()``; hold each piece's (output, weights) to causal attention
+    over the whole sequence, naming :func:`fed`'s flaws (``spec``: texts, the outputs' fallback,
+    the weights' shape hint). Yields ``(i, label, start, end, watched)`` after each piece."""
     a64, x64 = copy.deepcopy(attn).double(), x.double()
     full, weights = scaled_dot_product_attention(*project(a64, H, x64, x64, x64), is_causal=True)
     full = a64.out_proj(families.merge_heads(full))
@@ -344,12 +333,12 @@ _CACHE_TEXTS = {
     "around the same attention started where the last one stopped, so the cache lives outside "
     "the object (on the class, on the attention it wraps, in a global). Each starts empty.",
 }
-_SPEC = (  # the flaws, the outputs' fallback, the weights' shape hint
-    _CACHE_TEXTS,
-    "the new keys and values join the cache, then the new queries attend over all of them. "
-    + _MASK,
-    "one per head, query and key: (B, H, T, S + T).",
+_CACHE_TODO = (
+    "Replace `raise NotImplementedError` in CachedAttention.forward: project the new tokens, "
+    "append their keys and values to the cache, attend over all of them with the right mask."
 )
+_JOIN = "the new keys and values join the cache, then the new queries attend over all of them. "
+_SPEC = (_CACHE_TEXTS, _JOIN + _MASK, "one per head, query and key: (B, H, T, S + T).")
 
 
 def _crash_cause(wrapper, error: BaseException, i: int, done: int, end: int) -> str:
@@ -415,15 +404,7 @@ def _run_cache(candidate, name: str, attn, H: int, x, sizes, before) -> None:
             hook.remove()
 
 
-@exercise(
-    "CachedAttention",
-    "07",
-    reference=CachedAttention,
-    todo="Replace `raise NotImplementedError` in CachedAttention.forward: project the new "
-    "tokens, append their keys and values to the cache, attend over all of them with the right "
-    "mask.",
-    points=3,
-)
+@exercise("CachedAttention", "07", reference=CachedAttention, todo=_CACHE_TODO, points=3)
 def check_cached_attention(candidate) -> int:
     """Check ``candidate(attn, num_heads)``, ``forward(query, key, value, attn_mask=None)`` on the
     new tokens -> ``(output (B, T, E), weights)``, piece by piece against causal attention over
