@@ -1,9 +1,7 @@
 """Lesson 07's fast decoding: the bytes a decode step reads and its roofline (``decode_roofline``,
-held to a few published shapes), and the static KV cache a compiled step needs
-(``StaticCachedAttention``, fed a sequence in pieces up to ``max_len``: each piece's output and
-weights against causal attention over the whole sequence, its buffers and position the same
-tensors after the call, written in place, the position never read on the host).
-"""
+held to published shapes), and the static KV cache a compiled step needs (``StaticCachedAttention``,
+fed a sequence in pieces up to ``max_len`` as ``CachedAttention`` is: its buffers and position
+written in place, the same tensors after every call, the position never read on the host)."""
 
 from __future__ import annotations
 
@@ -51,41 +49,32 @@ _ROOFLINE_TEXTS = {
     "batch_size of them.",
     "a rate, not a time": "that is tokens per second; the time per token is its inverse.",
 }
-_PER_TOKEN = "a step's time is its bytes over the bandwidth, shared by the tokens it makes."
 _GPT2 = (124_439_808, 12, 768)  # GPT-2 small: parameters, layers, keys' width (12 heads × 64)
-
-
+_8B = (8_030_261_248, 32, 1024)  # Llama 3 8B: its keys 8 heads × 128 wide (GQA)
 _ROOFLINE = [  # (num_params, num_layers, kv_width, length, batch_size, bytes, bandwidth)
     Case("GPT-2 small, bfloat16, 320 cached, batch 1, 4.8 TB/s", (*_GPT2, 320, 1, 2, 4.8e12)),
     Case("the same, batch 16", (*_GPT2, 320, 16, 2, 4.8e12)),
-    Case(
-        "8B, 32 layers, GQA keys 1024 wide, 4096 cached, batch 8",
-        (8_030_261_248, 32, 1024, 4096, 8, 2, 3.35e12),
-    ),
+    Case("8B, 32 layers, GQA keys 1024 wide, 4096 cached, batch 8", (*_8B, 4096, 8, 2, 3.35e12)),
     Case("a 1M float32 model on a CPU, batch 4, 20 GB/s", (10**6, 4, 128, 512, 4, 4, 2e10)),
 ]
-
-
+_PER_TOKEN = Out(
+    "the microseconds per token",
+    pick=lambda r: torch.tensor(float(r[1]) * 1e6),
+    fallback="a step's time is its bytes over the bandwidth, shared by the tokens it makes.",
+)
+_ROOFLINE_TODO = (
+    "Replace `raise NotImplementedError` in decode_roofline: the bytes of the weights and of the "
+    "cache, then the time per token."
+)
+_ROOFLINE_TABLE = Table(
+    lambda: _ROOFLINE,
+    decode_roofline,
+    families.flawed(decode_roofline, _ROOFLINE_TEXTS, **_ROOFLINE_TEXTS),
+    [Out("the bytes read", pick=0), _PER_TOKEN],
+    shape_checks=[pair("bytes_read", "seconds_per_token")],
+)
 check_decode_roofline = exercise(
-    "decode_roofline",
-    "07",
-    reference=decode_roofline,
-    todo="Replace `raise NotImplementedError` in decode_roofline: the bytes of the weights and of "
-    "the cache, then the time per token.",
-    table=Table(
-        cases=lambda: _ROOFLINE,
-        reference=decode_roofline,
-        mistakes=families.flawed(decode_roofline, _ROOFLINE_TEXTS, **_ROOFLINE_TEXTS),
-        outputs=[
-            Out("the bytes read", pick=0),
-            Out(
-                "the microseconds per token",
-                pick=lambda r: torch.tensor(float(r[1]) * 1e6),
-                fallback=_PER_TOKEN,
-            ),
-        ],
-        shape_checks=[pair("bytes_read", "seconds_per_token")],
-    ),
+    "decode_roofline", "07", reference=decode_roofline, todo=_ROOFLINE_TODO, table=_ROOFLINE_TABLE
 )
 
 # ---------------------------------------------------------------- StaticCachedAttention

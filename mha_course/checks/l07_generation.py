@@ -34,6 +34,7 @@ _CRASH = (
     "torch.multinomial wants non-negative weights, one row per draw: the probabilities, not the "
     "logits or log-probabilities. " + _RECIPE
 )
+_GREEDY = (("greedy, top_k = 1, logits (64, 10)", 1.0), ("greedy at temperature 0.7", 0.7))
 
 
 def _probs(logits, t=1.0, top_k=None, flaw=""):
@@ -129,10 +130,7 @@ def _require_shares(case: Case, ids: torch.Tensor) -> None:
 
 def _require_greedy_and_the_generator(candidate, logits) -> None:
     big = torch.randn(64, 10, generator=torch.Generator().manual_seed(72))
-    for case, t in (
-        ("greedy, top_k = 1, logits (64, 10)", 1.0),
-        ("greedy at temperature 0.7", 0.7),
-    ):
+    for case, t in _GREEDY:
         wrong = _draw(candidate, case, big, t, 1, copies=1) != big.argmax(dim=-1)
         if wrong.any():
             raise ExerciseFailure(
@@ -274,8 +272,7 @@ def pieces(wrapper, name, attn, H, x, sizes, spec, crash_cause, **options):
         if not (isinstance(result, tuple) and len(result) == 2):
             raise ExerciseFailure(
                 f"Case {label!r}: your forward returned {type(result).__name__}; it returns "
-                "(output, weights) as your MultiHeadAttention does, so that a block can call "
-                "either."
+                "(output, weights), as your MultiHeadAttention does: a block calls either."
             )
         run = functools.partial(fed, a64, H, x64, sizes, piece=i, **options)
         mistakes = families.flawed(run, texts, **texts)
