@@ -229,11 +229,10 @@ def call_layer(candidate, case: Case, table: Table):
     source, *inputs = case.args
     layer = build_module(candidate, case, case.extra["sizes"]).eval()
     cross = _load(layer, source, case).get("multihead_attn")
-    queries = []  # the lengths of the queries the cross-attention was called with
+    queries = []
 
-    def record(module, args, kwargs):
-        query = args[0] if args else kwargs.get("query")
-        queries.append(query.size(-2) if isinstance(query, torch.Tensor) else None)
+    def record(module, args, kwargs):  # the length of the queries the cross-attention is given
+        queries.append(getattr(args[0] if args else kwargs.get("query"), "shape", (0, 0))[-2])
 
     def run():
         with torch.no_grad():
@@ -279,13 +278,6 @@ def layer_table(cases, reference, flaws, texts, fallback: str, crash: str) -> Ta
 # ---------------------------------------------------------------- DecoderBlock
 
 
-def _block_cases():
-    g = torch.Generator().manual_seed(70)
-    for seed, (name, sizes, shape) in enumerate(_BLOCKS):
-        layer = torch_layer(nn.TransformerEncoderLayer, sizes, seed, "gelu", norm_first=True)
-        yield Case(name, (layer, torch.randn(*shape, generator=g)), extra={"sizes": sizes})
-
-
 _BLOCKS = [  # name, (d_model, nhead, dim_feedforward), x's shape
     ("d_model 16, 4 heads, dim_feedforward 32; x (2, 5, 16)", (16, 4, 32), (2, 5, 16)),
     ("d_model 12, 3 heads, dim_feedforward 24; x (1, 7, 12)", (12, 3, 24), (1, 7, 12)),
@@ -298,16 +290,23 @@ _PRE_LN = (
     "norm2 before the feed-forward network) and adds its output to x."
 )
 _BLOCK_CRASH = "forward takes x alone: the block builds its causal mask itself, from x's length."
+_BLOCK_TODO = (
+    "Replace `raise NotImplementedError` in DecoderBlock: its five parts in __init__; in "
+    "forward, the causal mask, then the two pre-LN sub-layers."
+)
+
+
+def _block_cases():
+    g = torch.Generator().manual_seed(70)
+    for seed, (name, sizes, shape) in enumerate(_BLOCKS):
+        layer = torch_layer(nn.TransformerEncoderLayer, sizes, seed, "gelu", norm_first=True)
+        yield Case(name, (layer, torch.randn(*shape, generator=g)), extra={"sizes": sizes})
 
 
 def _torch_block(layer, x):
     return layer(x, src_mask=masks.other_convention(causal(x.size(1))))
 
 
-_BLOCK_TODO = (
-    "Replace `raise NotImplementedError` in DecoderBlock: its five parts in __init__; in "
-    "forward, the causal mask, then the two pre-LN sub-layers."
-)
 _TABLE = layer_table(_block_cases, _torch_block, _BLOCK_FLAWS, TEXTS, _PRE_LN, _BLOCK_CRASH)
 check_decoder_block = exercise(
     "DecoderBlock", "07", reference=DecoderBlock, todo=_BLOCK_TODO, own_work=LAYERS, table=_TABLE
@@ -345,8 +344,7 @@ def _lm(model, blocks, ids, start: int, flaw: str = ""):
 
 _LM_TEXTS = {
     "positions restart at 0": "your positions start at 0 whatever `start` is: the T tokens are "
-    "at positions start .. start + T - 1. Fed one token at a time, such a model sees every "
-    "token at position 0.",
+    "at start .. start + T - 1. Fed one token at a time, such a model sees each at position 0.",
     "no position embedding": "the position embedding is missing: without it, attention cannot "
     "tell the order of the tokens.",
     "positions indexed by the ids": "you looked up the position embedding with the token ids; "

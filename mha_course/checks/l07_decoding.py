@@ -42,11 +42,9 @@ _ROOFLINE_TEXTS = {
     "one sequence's cache": "the cache is counted for one sequence; each sequence of the batch "
     "has its own keys and values, and the step reads all of them.",
     "keys only": "the cache holds keys and values: two numbers per token, layer and feature.",
-    "one layer's cache": "the cache is counted for one layer; every layer keeps its own keys and "
-    "values.",
+    "one layer's cache": "the cache is counted for one layer; each layer keeps its own.",
     "numbers, not bytes": "you counted numbers, not bytes: each is bytes_per_number bytes.",
-    "time per step": "that is the time of one step; a step makes one token per sequence, "
-    "batch_size of them.",
+    "time per step": "that is the time of one step, which makes batch_size tokens, one a sequence.",
     "a rate, not a time": "that is tokens per second; the time per token is its inverse.",
 }
 _GPT2 = (124_439_808, 12, 768)  # GPT-2 small: parameters, layers, keys' width (12 heads × 64)
@@ -113,20 +111,17 @@ _PROMPT = "The prompt and a decode step are the same call with another T: "
 _TEXTS = {
     "causal top-left": families.CAUSAL["causal top-left"] + " " + _SLOTS,
     "mask after the advance": "the mask is built from the positions after the advance: each "
-    "query sees T empty slots after its own. " + _SLOTS,
+    "query sees T empty slots more. " + _SLOTS,
     "empty slots seen": "the queries see the slots not written yet (zeros): the mask hides them. "
     + _SLOTS,
     "off-by-one diagonal": families.CAUSAL["off-by-one diagonal"] + " " + _SLOTS,
     "causal without the diagonal": families.CAUSAL["causal without the diagonal"] + " " + _SLOTS,
-    "prompt not causal": _PROMPT + "within the prompt each query sees the prompt tokens after "
-    "it too; the mask of T new tokens is causal among them as well.",
+    "prompt not causal": _PROMPT + "within the prompt each query sees the tokens after it too; "
+    "T new tokens are causal among themselves.",
     "written one slot late": "each token's keys and values are written one slot after its "
-    "position: the mask then reads an empty slot, and a cache filled to max_len writes past its "
-    "end. Token p goes to slot p.",
+    "position: the mask reads an empty slot, a full cache writes past its end. Token p: slot p.",
 }
-_PAST_END = (
-    "your cache writes past max_len: it has max_len slots, 0 .. max_len - 1, one per position"
-)
+_PAST_END = "your cache writes past max_len: its slots are 0 .. max_len - 1, one per position"
 _STATE = families.STATE["state not reset"]
 _ALL_SLOTS = (
     "every call attends over all max_len slots, (B, H, T, max_len): a shape that grows with the "
@@ -138,9 +133,8 @@ _TODO = (
     "the slots with the mask from the positions, advance the position."
 )
 _IN_PLACE = (
-    "is a new tensor after the call. A compiled step (a CUDA graph) reads and writes its "
-    "tensors at the addresses it was captured with: the cache is written into, and the "
-    "position advanced, in place."
+    "is a new tensor after the call. A compiled step (a CUDA graph) reads and writes its tensors "
+    "at the addresses it was captured with: the cache is written, the position advanced, in place."
 )
 
 
@@ -157,8 +151,7 @@ class _HostReads(TorchDispatchMode):
 
 
 def _require_state(w, case: str, shape: tuple) -> None:
-    """After __init__: the buffers ``shape`` (B, H, max_len, D) and the position, a 0-d integer
-    tensor at 0."""
+    """After __init__: the buffers ``shape`` (B, H, max_len, D), the position a 0-d integer at 0."""
     p, problem = getattr(w, "position", None), None
     if not isinstance(p, torch.Tensor) or p.dim() or p.is_floating_point():
         problem = (

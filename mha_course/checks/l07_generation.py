@@ -62,8 +62,7 @@ _SAMPLE_TEXTS = {
     "divided by it (below 1 it sharpens the distribution, above 1 flattens it).",
     "always the likeliest token": "your answer is always the likeliest token: that is greedy "
     "decoding, top_k = 1. Otherwise each token is drawn with its probability.",
-    "top-k keeps k - 1": "you kept {below} tokens instead of top_k = {k}: an off-by-one in the "
-    "top-k mask.",
+    "top-k keeps k - 1": "you kept {below} tokens instead of top_k = {k}: an off-by-one in top-k.",
     "top-k keeps k + 1": "you kept {above} tokens instead of top_k = {k}: an off-by-one in the "
     "threshold (the (k+1)-th largest logit is the first one dropped).",
     "top-k keeps the smallest": "you kept the k *smallest* logits; top-k keeps the k largest.",
