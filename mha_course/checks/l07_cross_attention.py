@@ -16,9 +16,8 @@ from .l07_decoder import LAYERS, TEXTS, causal, layer_table, torch_layer
 
 
 class DecoderLayer(nn.Module):
-    """The original decoder layer, post-LN, ReLU: causal self-attention, cross-attention (queries
-    from the decoder, keys and values from ``memory``, ``memory_mask`` True = may attend), FFN.
-    ``mha_class``, ``norm_class`` build it from other parts (the learner's)."""
+    """The original decoder layer (post-LN, ReLU): causal self-attention, cross-attention to
+    ``memory`` (``memory_mask`` True = may attend), FFN; ``mha_class``, ``norm_class``: parts."""
 
     def __init__(
         self, d_model, nhead, dim_feedforward, dropout=0.0, *, mha_class=None, norm_class=None

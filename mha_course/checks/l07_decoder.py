@@ -1,7 +1,6 @@
-"""Lesson 07's language model: GPT-2's causal block (DecoderBlock), held to torch's pre-LN
-``TransformerEncoderLayer`` with its weights copied into the learner's parts, the mistakes being
-torch's layer written out once (:func:`with_flaw`) with a flaw on; and CharLM, held to its own
-parts, the positions from ``start``, no logit seeing a later token."""
+"""Lesson 07's language model: GPT-2's causal block (DecoderBlock), held to torch's pre-LN layer
+with the same weights, the mistakes torch's layer written out with a flaw (:func:`with_flaw`); and
+CharLM, held to its own parts, the positions from ``start``, no logit seeing a later token."""
 
 from __future__ import annotations
 
@@ -84,8 +83,7 @@ class CharLM(nn.Module):
 
 
 def torch_layer(kind: type[nn.Module], sizes, seed: int, activation: str, **settings):
-    """torch's layer in float64, dropout 0, batch first, every parameter random (biases and
-    norms too, so that a dropped bias or two swapped norms show)."""
+    """torch's layer in float64, dropout 0, batch first, every parameter random (norms too)."""
     torch.manual_seed(seed)  # the checker runs in a random stream of its own
     settings.update(dropout=0.0, batch_first=True, dtype=torch.float64, activation=activation)
     layer = kind(*sizes[:3], **settings)
@@ -97,8 +95,7 @@ def torch_layer(kind: type[nn.Module], sizes, seed: int, activation: str, **sett
 
 
 def with_flaw(src, x, memory=None, memory_mask=None, flaw: str = ""):
-    """torch's encoder layer (pre-LN: the exercise's block) or decoder layer (post-LN, with
-    cross-attention to ``memory``) written out, masks True = may attend, with ``flaw``."""
+    """torch's encoder (pre-LN) or decoder layer (post-LN, reading ``memory``) with ``flaw``."""
     pre = src.norm_first != (flaw == "the norms in the other place")
     order = {"norm1 twice": "113", "norm1 and norm2 swapped": "213"}.get(flaw, "123")
     norms = [getattr(src, f"norm{i}", None) for i in order]
@@ -194,8 +191,7 @@ def _part(module, name: str, case: Case, parts: str):
 
 
 def _load(module, source: nn.Module, case: Case) -> dict:
-    """Copy torch's layer ``source`` into the learner's parts, by name (each attention cut from
-    torch's packed in_proj_weight into q_proj, k_proj, v_proj). Returns the parts."""
+    """torch's ``source`` copied into the learner's parts, by name (in_proj cut in three)."""
     d, ff = source.linear1.in_features, source.linear1.out_features
     made = {
         "linear1": f"a Linear d_model → dim_feedforward ({d} → {ff})",
@@ -224,8 +220,7 @@ def _load(module, source: nn.Module, case: Case) -> dict:
 
 
 def call_layer(candidate, case: Case, table: Table):
-    """The learner's layer built with the case's sizes, torch's weights in it, called on the
-    case's inputs (eval mode, no gradients); the cross-attention's queries are watched."""
+    """The learner's layer, built, loaded with torch's weights, called on the case (eval mode)."""
     source, *inputs = case.args
     layer = build_module(candidate, case, case.extra["sizes"]).eval()
     cross = _load(layer, source, case).get("multihead_attn")
@@ -268,8 +263,7 @@ def call_layer(candidate, case: Case, table: Table):
 
 
 def layer_table(cases, reference, flaws, texts, fallback: str, crash: str) -> Table:
-    """A layer's table: built and loaded with torch's weights (:func:`call_layer`), held to
-    torch's ``reference`` in float64, the mistakes :func:`with_flaw` with ``flaws``."""
+    """A layer's table: :func:`call_layer`, torch's ``reference``, :func:`with_flaw`'s mistakes."""
     keeps, mistakes = "the output has the shape of x.", families.flawed(with_flaw, flaws, **texts)
     outputs = [Out("outputs", shape_hint=keeps, cause=nan_cause, fallback=fallback)]
     return Table(cases, reference, mistakes, outputs, call_layer, crash, atol=1e-4, rtol=1e-3)
@@ -421,9 +415,8 @@ _LM_CASES = [  # name, sizes (as _LM_ARGS), ids' shape, start
 
 @exercise("CharLM", "07", reference=CharLM, todo=_LM_TODO, points=2, own_work=_LM_OWN)
 def check_char_lm(candidate) -> int:
-    """Check ``candidate(vocab_size, d_model, nhead, num_layers, dim_feedforward, max_len)``
-    (``forward(ids, start=0)`` -> logits (B, T, vocab_size)) against its own parts, and that no
-    logit depends on a later token."""
+    """Check ``candidate(vocab_size, d_model, nhead, num_layers, dim_feedforward, max_len)``'s
+    logits (B, T, vocab_size) against its own parts, none depending on a later token."""
     for case in _lm_cases():
         try:  # with the lesson's keywords, torch's names
             model = build_module(candidate, case, (), **case.extra["sizes"]).eval()

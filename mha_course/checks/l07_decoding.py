@@ -1,7 +1,6 @@
-"""Lesson 07's fast decoding: the bytes a decode step reads and its roofline (``decode_roofline``,
-held to published shapes), and the static KV cache a compiled step needs (``StaticCachedAttention``,
-fed a sequence in pieces up to ``max_len`` as ``CachedAttention`` is: its buffers and position
-written in place, the same tensors after every call, the position never read on the host)."""
+"""Lesson 07's fast decoding: a decode step's bytes and roofline (``decode_roofline``), and the
+static KV cache of a compiled step (``StaticCachedAttention``), fed in pieces as the growing one,
+its buffers and position written in place, the position never read on the host."""
 
 from __future__ import annotations
 
@@ -22,9 +21,8 @@ from .l07_generation import pieces, project, random_attention
 def decode_roofline(
     num_params, num_layers, kv_width, length, batch_size, bytes_per_number, bandwidth, *, flaw=""
 ):
-    """(bytes one decode step reads, seconds per generated token at ``bandwidth`` bytes/s): every
-    weight once, and the keys and values (kv_width numbers each) of ``length`` tokens of each of
-    ``batch_size`` sequences in every layer; ``flaw``: a classic slip."""
+    """(bytes a decode step reads: every weight, every layer's cached keys and values of ``length``
+    tokens of each sequence; seconds per generated token at ``bandwidth``), with ``flaw``."""
     size = 1 if flaw == "numbers, not bytes" else bytes_per_number
     weights = num_params * size * (batch_size if flaw == "weights per sequence" else 1)
     layers = 1 if flaw == "one layer's cache" else num_layers
@@ -139,8 +137,7 @@ _IN_PLACE = (
 
 
 class _HostReads(TorchDispatchMode):
-    """Counts the integer tensors whose value is read on the host (``.item()``, ``int()``, a
-    tensor in a slice or in ``torch.arange``): the position, if the forward reads it."""
+    """Counts the integer tensors read on the host (``.item()``, ``int()``, slicing): a position."""
 
     reads = 0
 
@@ -214,9 +211,8 @@ def _run_static(candidate, name: str, attn, H: int, x, sizes: list[int], max_len
 
 @exercise("StaticCachedAttention", "07", reference=StaticCachedAttention, todo=_TODO, points=3)
 def check_static_cached_attention(candidate) -> int:
-    """Check ``candidate(attn, num_heads, batch_size, max_len)``, ``forward(query, key, value,
-    attn_mask=None)`` on the new tokens -> ``(output (B, T, E), weights (B, H, T, max_len))``,
-    piece by piece against causal attention over the whole sequence so far."""
+    """Check ``candidate(attn, num_heads, batch_size, max_len)``'s ``(output, weights)`` on new
+    tokens, piece by piece, against causal attention over the whole sequence so far."""
     randn = seeded_randn(75)
     cases = [  # name, x's shape (None: the case before's), H, the pieces, max_len
         ("a prompt of 4, then 1, 1, 1; max_len 10, E 16, H 2", (2, 7, 16), 2, [4, 1, 1, 1], 10),

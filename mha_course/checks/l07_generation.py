@@ -1,7 +1,6 @@
-"""Lesson 07's generation: drawing the next token (``sample_next``), held to distributions (each
-row of logits repeated thousands of times in one seeded call, every token's share within 0.03 of
-its probability; greedy exact), and the KV cache (``CachedAttention``), fed a sequence in pieces
-as generation does, each piece's output held to causal attention over the whole sequence."""
+"""Lesson 07's generation: ``sample_next``, each token's share of thousands of draws held to its
+probability (greedy exact), and the KV cache (``CachedAttention``), fed a sequence in pieces as
+generation does, each piece's output held to causal attention over the whole sequence."""
 
 from __future__ import annotations
 
@@ -73,8 +72,7 @@ _SAMPLE_TEXTS = {
 
 
 def _draw(candidate, case: str, logits, temperature=1.0, top_k=None, seed=0, copies=DRAWS):
-    """The candidate's draws (R·copies,) for ``logits`` (R, V), each row repeated ``copies``
-    times, once they are token ids of the right kind and the logits are left as they were."""
+    """The candidate's draws (R·copies,) for the rows of ``logits`` (R, V) repeated, checked."""
     given = logits.repeat_interleave(copies, dim=0)
     (B, V), g = given.shape, seed if seed is None else torch.Generator().manual_seed(seed)
     kwargs = {"temperature": temperature, "top_k": top_k, "generator": g}
@@ -207,9 +205,8 @@ def random_attention(E: int, H: int, seed: int) -> nn.Module:
 
 
 def fed(a, H: int, x, sizes, flaw="", before=None, max_len=None, piece=0) -> torch.Tensor:
-    """The output of piece ``piece`` when the pieces (``sizes``) of x (B, L, E) are fed to a KV
-    cache around ``a`` with ``flaw``: a static one of ``max_len`` slots, or (None) one that
-    grows; ``before``: the sequence fed to the one before (kept with "state not reset")."""
+    """Piece ``piece``'s output, x's pieces fed to a KV cache around ``a`` with ``flaw`` (static if
+    ``max_len``); ``before``: the sequence fed to the one before (kept: "state not reset")."""
     B, L, E = x.shape
     kept = before if flaw == "state not reset" and before is not None else x[:, :0]
     slots = torch.arange(max_len or kept.size(1) + L)
@@ -290,9 +287,8 @@ def pieces(wrapper, name, attn, H, x, sizes, spec, crash_cause, **options):
 
 
 class CachedAttention(nn.Module):
-    """``attn`` (q_proj, k_proj, v_proj, out_proj) with a KV cache: forward on the T new tokens
-    (B, T, E) appends their keys and values to ``self.k``, ``self.v`` (B, H, S, D); the new
-    queries attend over all S + T, causal mask aligned bottom-right. ``(output, weights)``."""
+    """``attn`` with a KV cache: forward on T new tokens appends their keys and values to
+    ``self.k``, ``self.v`` (B, H, S, D); the new queries attend over all S + T, causal."""
 
     def __init__(self, attn, num_heads):
         super().__init__()
@@ -353,8 +349,7 @@ def _crash_cause(wrapper, error: BaseException, i: int, done: int, end: int) -> 
 
 
 def _require_cache(wrapper, label: str, x, end: int, T: int, projected: Counter) -> None:
-    """``self.k`` and ``self.v`` hold every token so far, B·end·E numbers whatever the layout;
-    each token's key and value were projected once."""
+    """``self.k``, ``self.v`` hold B·end·E numbers, whatever the layout; each projected once."""
     B, _, E = x.shape
     for name, what in (("k", "keys"), ("v", "values")):
         cached = getattr(wrapper, name, None)
@@ -402,9 +397,8 @@ def _run_cache(candidate, name: str, attn, H: int, x, sizes, before) -> None:
 
 @exercise("CachedAttention", "07", reference=CachedAttention, todo=_CACHE_TODO, points=3)
 def check_cached_attention(candidate) -> int:
-    """Check ``candidate(attn, num_heads)``, ``forward(query, key, value, attn_mask=None)`` on the
-    new tokens -> ``(output (B, T, E), weights)``, piece by piece against causal attention over
-    the whole sequence so far."""
+    """Check ``candidate(attn, num_heads)``'s ``(output, weights)`` on new tokens, piece by piece,
+    against causal attention over the whole sequence so far."""
     randn, before = seeded_randn(73), None
     cases = [
         ("a prompt of 4 tokens, then 1, 1, 1; E 16, 2 heads, B 2", (2, 7, 16), 2, [4, 1, 1, 1]),
