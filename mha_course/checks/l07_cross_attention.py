@@ -62,8 +62,14 @@ _STEPS = (
     "causal self-attention, norm2 after the cross-attention (queries from the decoder, keys and "
     "values from memory), norm3 after the feed-forward network."
 )
-
-
+_CRASH = (
+    "the self-attention reads x with the causal mask (T, T) built from x's length; the "
+    "cross-attention's queries come from the decoder, its keys and values from memory."
+)
+_TODO = (
+    "Replace `raise NotImplementedError` in DecoderLayer: its parts in __init__; in forward, "
+    "causal self-attention, cross-attention to memory, the FFN, each with its residual and norm."
+)
 _LAYERS = [  # name, (d_model, nhead, dim_feedforward, dropout), (B, T, S), memory's lengths?
     ("x (2, 5, 16), memory (2, 7, 16), no memory mask", (16, 4, 32, 0.0), (2, 5, 7)),
     ("memory_mask (2, 1, 1, 7): 3 padding tokens in source 2", (16, 2, 24, 0.0), (2, 4, 7), [7, 4]),
@@ -89,14 +95,6 @@ def _torch_decoder_layer(layer, x, memory, memory_mask=None):
     return layer(x, memory, tgt_mask=causal_mask, memory_key_padding_mask=padding)
 
 
-_CRASH = (
-    "the self-attention reads x with the causal mask (T, T) built from x's length; the "
-    "cross-attention's queries come from the decoder, its keys and values from memory."
-)
-_TODO = (
-    "Replace `raise NotImplementedError` in DecoderLayer: its parts in __init__; in forward, "
-    "causal self-attention, cross-attention to memory, the FFN, each with its residual and norm."
-)
 TABLE = layer_table(_cases, _torch_decoder_layer, _FLAWS, _TEXTS, _STEPS, _CRASH)
 check_decoder_layer = exercise(
     "DecoderLayer", "07", reference=DecoderLayer, todo=_TODO, points=2, own_work=LAYERS, table=TABLE

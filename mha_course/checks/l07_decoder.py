@@ -165,12 +165,6 @@ _NAN = (
     "NaN: some query may attend to no key at all (a softmax over a row of -inf). Is the causal "
     "mask inverted, or strictly below the diagonal? A token sees itself too."
 )
-
-
-def nan_cause(got, case) -> str | None:
-    return _NAN if torch.isnan(got).any() else None
-
-
 _PARTS = (  # the learner's parts: a block's, a decoder layer's
     "self_attn, norm1, norm2, linear1, linear2",
     "self_attn, multihead_attn, linear1, linear2, norm1, norm2, norm3",
@@ -265,7 +259,8 @@ def call_layer(candidate, case: Case, table: Table):
 def layer_table(cases, reference, flaws, texts, fallback: str, crash: str) -> Table:
     """A layer's table: :func:`call_layer`, torch's ``reference``, :func:`with_flaw`'s mistakes."""
     keeps, mistakes = "the output has the shape of x.", families.flawed(with_flaw, flaws, **texts)
-    outputs = [Out("outputs", shape_hint=keeps, cause=nan_cause, fallback=fallback)]
+    nan = lambda got, case: _NAN if torch.isnan(got).any() else None  # noqa: E731
+    outputs = [Out("outputs", shape_hint=keeps, cause=nan, fallback=fallback)]
     return Table(cases, reference, mistakes, outputs, call_layer, crash, atol=1e-4, rtol=1e-3)
 
 
@@ -320,6 +315,12 @@ _LM_STEPS = (
     "the blocks in order, the final norm, the head."
 )
 _LM_SHAPE = "one score per token of the vocabulary at every position: (B, T, vocab_size)."
+_LM_CASES = [  # name, sizes (as _LM_ARGS), ids' shape, start
+    ("vocab 11, d_model 16, 2 heads, 2 layers; ids (2, 6)", (11, 16, 2, 2, 32, 12), (2, 6), 0),
+    ("ids (2, 4) from start 5: positions 5..8 of a text", (11, 16, 2, 2, 32, 12), (2, 4), 5),
+    ("one new token, ids (3, 1), start 9 (a generation step)", (7, 8, 2, 3, 16, 12), (3, 1), 9),
+    ("1 layer, vocab 5, ids (1, 10) as long as max_len", (5, 8, 1, 1, 16, 10), (1, 10), 0),
+]
 
 
 def _lm(model, blocks, ids, start: int, flaw: str = ""):
@@ -403,14 +404,6 @@ def _logits(model, case: Case, ids):
     start = {"start": case.args[1]} if case.args[1] else {}
     with torch.no_grad():
         return call_candidate(model, case.name, ids.clone(), crash_hint=_LM_STEPS, **start)
-
-
-_LM_CASES = [  # name, sizes (as _LM_ARGS), ids' shape, start
-    ("vocab 11, d_model 16, 2 heads, 2 layers; ids (2, 6)", (11, 16, 2, 2, 32, 12), (2, 6), 0),
-    ("ids (2, 4) from start 5: positions 5..8 of a text", (11, 16, 2, 2, 32, 12), (2, 4), 5),
-    ("one new token, ids (3, 1), start 9 (a generation step)", (7, 8, 2, 3, 16, 12), (3, 1), 9),
-    ("1 layer, vocab 5, ids (1, 10) as long as max_len", (5, 8, 1, 1, 16, 10), (1, 10), 0),
-]
 
 
 @exercise("CharLM", "07", reference=CharLM, todo=_LM_TODO, points=2, own_work=_LM_OWN)

@@ -34,24 +34,6 @@ _CRASH = (
     "logits or log-probabilities. " + _RECIPE
 )
 _GREEDY = (("greedy, top_k = 1, logits (64, 10)", 1.0), ("greedy at temperature 0.7", 0.7))
-
-
-def _probs(logits, t=1.0, top_k=None, flaw=""):
-    """softmax(top-k logits / temperature t), with ``flaw`` (None: it cannot be made here)."""
-    if flaw == "softmax, temperature, softmax again":
-        logits = logits.softmax(-1)
-    scales = {"temperature after the softmax": 1.0, "temperature multiplied": 1 / t}
-    scaled = logits / scales.get(flaw, 1e-6 if flaw == "always the likeliest token" else t)
-    k = (top_k or 0) + {"top-k keeps k - 1": -1, "top-k keeps k + 1": 1}.get(flaw, 0)
-    if top_k is None or flaw == "top-k ignored":
-        return torch.softmax(scaled, dim=-1)
-    if not 0 < k <= logits.size(-1):
-        return None
-    kept = torch.topk(scaled, k, dim=-1, largest=flaw != "top-k keeps the smallest").indices
-    picked = 0.0 if flaw == "uniform over the top k" else scaled.gather(-1, kept)
-    return torch.softmax(torch.full_like(scaled, -torch.inf).scatter(-1, kept, picked), dim=-1)
-
-
 _SAMPLE_TEXTS = {
     "temperature after the softmax": "your temperature ({t}) changes nothing: it comes after the "
     "softmax (a draw renormalises), or not at all. It divides the logits.",
@@ -69,6 +51,38 @@ _SAMPLE_TEXTS = {
     "their probabilities, softmax(kept logits / temperature).",
     "top-k ignored": "top_k = {k} is ignored: every token can be drawn.",
 }
+_TODO = "Replace `raise NotImplementedError` in sample_next: temperature, top-k, softmax, draw."
+_SAMPLE_OWN = {"the course's sample_next (mha_course)": sample_next}
+_SAMPLE_LOGITS = [  # no ties, the largest at different places
+    [2.0, 1.0, 0.5, 0.0, -1.0, -3.0],
+    [0.3, -0.2, 1.4, 0.9, -0.5, 0.1],
+    [-1.0, 0.0, 0.2, -0.4, 0.6, 1.1],
+    [0.0, 3.0, -2.0, 1.5, 2.2, -0.7],
+]
+_SAMPLES = [  # the logits' (temperature, top_k)
+    Case("temperature 1.0, every token: logits (4, 6)", (1.0, None)),
+    Case("temperature 0.5 (sharper)", (0.5, None)),
+    Case("temperature 2.0 (flatter)", (2.0, None)),
+    Case("top_k=3, temperature 1.0", (1.0, 3)),
+    Case("top_k=2, temperature 0.7", (0.7, 2)),
+    Case("top_k=5 of 6, temperature 1.5", (1.5, 5)),
+]
+
+
+def _probs(logits, t=1.0, top_k=None, flaw=""):
+    """softmax(top-k logits / temperature t), with ``flaw`` (None: it cannot be made here)."""
+    if flaw == "softmax, temperature, softmax again":
+        logits = logits.softmax(-1)
+    scales = {"temperature after the softmax": 1.0, "temperature multiplied": 1 / t}
+    scaled = logits / scales.get(flaw, 1e-6 if flaw == "always the likeliest token" else t)
+    k = (top_k or 0) + {"top-k keeps k - 1": -1, "top-k keeps k + 1": 1}.get(flaw, 0)
+    if top_k is None or flaw == "top-k ignored":
+        return torch.softmax(scaled, dim=-1)
+    if not 0 < k <= logits.size(-1):
+        return None
+    kept = torch.topk(scaled, k, dim=-1, largest=flaw != "top-k keeps the smallest").indices
+    picked = 0.0 if flaw == "uniform over the top k" else scaled.gather(-1, kept)
+    return torch.softmax(torch.full_like(scaled, -torch.inf).scatter(-1, kept, picked), dim=-1)
 
 
 def _draw(candidate, case: str, logits, temperature=1.0, top_k=None, seed=0, copies=DRAWS):
@@ -157,24 +171,6 @@ def _require_greedy_and_the_generator(candidate, logits) -> None:
         ) from failure.raised
 
 
-_TODO = "Replace `raise NotImplementedError` in sample_next: temperature, top-k, softmax, draw."
-_SAMPLE_OWN = {"the course's sample_next (mha_course)": sample_next}
-_SAMPLE_LOGITS = [  # no ties, the largest at different places
-    [2.0, 1.0, 0.5, 0.0, -1.0, -3.0],
-    [0.3, -0.2, 1.4, 0.9, -0.5, 0.1],
-    [-1.0, 0.0, 0.2, -0.4, 0.6, 1.1],
-    [0.0, 3.0, -2.0, 1.5, 2.2, -0.7],
-]
-_SAMPLES = [  # the logits' (temperature, top_k)
-    Case("temperature 1.0, every token: logits (4, 6)", (1.0, None)),
-    Case("temperature 0.5 (sharper)", (0.5, None)),
-    Case("temperature 2.0 (flatter)", (2.0, None)),
-    Case("top_k=3, temperature 1.0", (1.0, 3)),
-    Case("top_k=2, temperature 0.7", (0.7, 2)),
-    Case("top_k=5 of 6, temperature 1.5", (1.5, 5)),
-]
-
-
 @exercise("sample_next", "07", reference=sample_next, todo=_TODO, own_work=_SAMPLE_OWN)
 def check_sample_next(candidate) -> int:
     """Check ``candidate(logits, temperature=1.0, top_k=None, generator=None)`` -> ids (B, 1)."""
@@ -187,6 +183,10 @@ def check_sample_next(candidate) -> int:
 
 
 # ---------------------------------------------------------------- a KV cache, fed in pieces
+
+
+TOLERANCE_PIECES = {"atol": 1e-4, "rtol": 1e-3}
+_NEW_ONLY = "the output of the new tokens only, (B, T, E)."
 
 
 def project(a, H: int, query, key, value) -> tuple[torch.Tensor, ...]:
@@ -237,10 +237,6 @@ def fed(a, H: int, x, sizes, flaw="", before=None, max_len=None, piece=0) -> tor
         outputs.append(a.out_proj(families.merge_heads(out)))
         p += T
     return outputs[1 + piece]
-
-
-TOLERANCE_PIECES = {"atol": 1e-4, "rtol": 1e-3}
-_NEW_ONLY = "the output of the new tokens only, (B, T, E)."
 
 
 def pieces(wrapper, name, attn, H, x, sizes, spec, crash_cause, **options):
