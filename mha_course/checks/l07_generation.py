@@ -184,7 +184,6 @@ def check_sample_next(candidate) -> int:
 
 # ---------------------------------------------------------------- a KV cache, fed in pieces
 
-
 TOLERANCE_PIECES = {"atol": 1e-4, "rtol": 1e-3}
 _NEW_ONLY = "the output of the new tokens only, (B, T, E)."
 
