@@ -42,7 +42,7 @@ _ROOFLINE_TEXTS = {
     "keys only": "the cache holds keys and values: two numbers per token, layer and feature.",
     "one layer's cache": "the cache is counted for one layer; each layer keeps its own.",
     "numbers, not bytes": "you counted numbers, not bytes: each is bytes_per_number bytes.",
-    "time per step": "that is the time of one step, which makes batch_size tokens, one a sequence.",
+    "time per step": "that is the time of one step; it makes batch_size tokens, one per sequence.",
     "a rate, not a time": "that is tokens per second; the time per token is its inverse.",
 }
 _GPT2 = (124_439_808, 12, 768)  # GPT-2 small: parameters, layers, keys' width (12 heads × 64)
