@@ -1,7 +1,6 @@
-"""Lesson 07's encoder–decoder layer: causal self-attention, cross-attention to the encoder's
-output, a feed-forward network, post-LN, held to ``torch.nn.TransformerDecoderLayer`` with the
-same weights. The exercise's ``memory_mask`` is True where a query **may attend** (a real
-source token); torch's ``memory_key_padding_mask`` is its opposite."""
+"""Lesson 07's encoder–decoder layer (post-LN: causal self-attention, cross-attention to the
+encoder's output, FFN), held to torch's ``TransformerDecoderLayer`` with the same weights. Its
+``memory_mask`` is True where a query may attend; torch's ``memory_key_padding_mask`` is not."""
 
 from __future__ import annotations
 
@@ -11,16 +10,14 @@ from torch import nn
 
 from .. import masks, reference
 from ..layernorm import LayerNorm
-from . import families
 from ._core import exercise
-from ._table import Case, Out, Table
-from .l07_decoder import LAYERS, TEXTS, call_layer, causal, nan_cause, torch_layer, with_flaw
+from ._table import Case
+from .l07_decoder import LAYERS, TEXTS, causal, layer_table, torch_layer
 
 
 class DecoderLayer(nn.Module):
-    """The original decoder layer, post-LN, ReLU: causal self-attention, cross-attention (queries
-    from the decoder, keys and values from ``memory``, ``memory_mask`` True = may attend), FFN.
-    ``mha_class``, ``norm_class`` build it from other parts (the learner's)."""
+    """The original decoder layer (post-LN, ReLU): causal self-attention, cross-attention to
+    ``memory`` (``memory_mask`` True = may attend), FFN; ``mha_class``, ``norm_class``: parts."""
 
     def __init__(
         self, d_model, nhead, dim_feedforward, dropout=0.0, *, mha_class=None, norm_class=None
@@ -60,39 +57,35 @@ _TEXTS = {
     **TEXTS,
 }
 _FLAWS = [f for f in _TEXTS if "norm on the" not in f and "not normalised" not in f]
-_KEEPS = "the output has the shape of x."
 _STEPS = (
     "post-LN: each sub-layer adds its output to its input, then normalises: norm1 after the "
     "causal self-attention, norm2 after the cross-attention (queries from the decoder, keys and "
     "values from memory), norm3 after the feed-forward network."
 )
+_CRASH = (
+    "the self-attention reads x with the causal mask (T, T) built from x's length; the "
+    "cross-attention's queries come from the decoder, its keys and values from memory."
+)
+_TODO = (
+    "Replace `raise NotImplementedError` in DecoderLayer: its parts in __init__; in forward, "
+    "causal self-attention, cross-attention to memory, the FFN, each with its residual and norm."
+)
+_LAYERS = [  # name, (d_model, nhead, dim_feedforward, dropout), (B, T, S), memory's lengths?
+    ("x (2, 5, 16), memory (2, 7, 16), no memory mask", (16, 4, 32, 0.0), (2, 5, 7)),
+    ("memory_mask (2, 1, 1, 7): 3 padding tokens in source 2", (16, 2, 24, 0.0), (2, 4, 7), [7, 4]),
+    ("one target token, x (3, 1, 12); memory_mask", (12, 3, 24, 0.0), (3, 1, 6), [6, 2, 5]),
+    ("a target longer than its source: x (1, 8, 8), memory (1, 3, 8)", (8, 1, 16, 0.0), (1, 8, 3)),
+    ("dropout 0.3 in eval mode: no dropout at all", (8, 2, 16, 0.3), (2, 4, 5), [5, 3]),
+]
 
 
 def _cases():
     g = torch.Generator().manual_seed(74)
-    for seed, (name, sizes, (B, T, S), lengths) in enumerate(
-        [
-            ("x (2, 5, 16), memory (2, 7, 16), no memory mask", (16, 4, 32, 0.0), (2, 5, 7), None),
-            (
-                "memory_mask (2, 1, 1, 7): 3 padding tokens in source 2",
-                (16, 2, 24, 0.0),
-                (2, 4, 7),
-                [7, 4],
-            ),
-            ("one target token, x (3, 1, 12); memory_mask", (12, 3, 24, 0.0), (3, 1, 6), [6, 2, 5]),
-            (
-                "a target longer than its source: x (1, 8, 8), memory (1, 3, 8)",
-                (8, 1, 16, 0.0),
-                (1, 8, 3),
-                None,
-            ),
-            ("dropout 0.3 in eval mode: no dropout at all", (8, 2, 16, 0.3), (2, 4, 5), [5, 3]),
-        ]
-    ):
+    for seed, (name, sizes, (B, T, S), *lengths) in enumerate(_LAYERS):
         layer = torch_layer(nn.TransformerDecoderLayer, sizes, seed, "relu")
         x, memory = (torch.randn(B, n, sizes[0], generator=g) for n in (T, S))
-        real = torch.arange(S) < torch.tensor(lengths or [S])[:, None, None, None]  # (B, 1, 1, S)
-        mask = {} if lengths is None else {"memory_mask": real}
+        real = [torch.arange(S) < torch.tensor(n).view(-1, 1, 1, 1) for n in lengths]
+        mask = dict(zip(["memory_mask"], real))  # (B, 1, 1, S), or none without lengths
         yield Case(name, (layer, x, memory), mask, {"sizes": sizes, "dropout": sizes[3]})
 
 
@@ -102,24 +95,7 @@ def _torch_decoder_layer(layer, x, memory, memory_mask=None):
     return layer(x, memory, tgt_mask=causal_mask, memory_key_padding_mask=padding)
 
 
+TABLE = layer_table(_cases, _torch_decoder_layer, _FLAWS, _TEXTS, _STEPS, _CRASH)
 check_decoder_layer = exercise(
-    "DecoderLayer",
-    "07",
-    reference=DecoderLayer,
-    todo="Replace `raise NotImplementedError` in DecoderLayer: its parts in __init__; in "
-    "forward, causal self-attention, cross-attention to memory, the feed-forward network, each "
-    "with its residual and norm.",
-    points=2,
-    own_work=LAYERS,
-    table=Table(
-        cases=_cases,
-        reference=_torch_decoder_layer,
-        call=call_layer,
-        mistakes=families.flawed(with_flaw, _FLAWS, **_TEXTS),
-        outputs=[Out("outputs", shape_hint=_KEEPS, cause=nan_cause, fallback=_STEPS)],
-        crash="the self-attention reads x with the causal mask (T, T) built from x's length; the "
-        "cross-attention's queries come from the decoder, its keys and values from memory.",
-        atol=1e-4,
-        rtol=1e-3,
-    ),
+    "DecoderLayer", "07", reference=DecoderLayer, todo=_TODO, points=2, own_work=LAYERS, table=TABLE
 )

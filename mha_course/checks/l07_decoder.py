@@ -1,9 +1,6 @@
-"""Lesson 07's language model: GPT-2's causal block (DecoderBlock), held to torch's
-``TransformerEncoderLayer`` (pre-LN, GELU, the causal mask) with its weights copied into the
-learner's parts by name, the classic mistakes being torch's layer written out once
-(:func:`with_flaw`, shared with ``l07_cross_attention``) with a flaw on; and the model around it
-(CharLM), held to its own parts, the positions from ``start``, no logit seeing a later token.
-"""
+"""Lesson 07's language model: GPT-2's causal block (DecoderBlock), held to torch's pre-LN layer
+with the same weights, the mistakes torch's layer written out with a flaw (:func:`with_flaw`); and
+CharLM, held to its own parts, the positions from ``start``, no logit seeing a later token."""
 
 from __future__ import annotations
 
@@ -19,11 +16,8 @@ from ._core import call_candidate, exercise
 from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, build_module, copy_weight_and_bias, require_tensor
 
-LAYERS = {
-    "torch's nn.TransformerEncoderLayer": nn.TransformerEncoderLayer,
-    "torch's nn.TransformerDecoderLayer": nn.TransformerDecoderLayer,
-}
-INVERTED = "mask inverted, empty rows zeroed"  # the attention's flaw for an inverted mask
+_TORCH_LAYERS = (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer)
+LAYERS = {f"torch's nn.{layer.__name__}": layer for layer in _TORCH_LAYERS}
 
 
 def causal(L: int, device=None) -> torch.Tensor:
@@ -51,9 +45,9 @@ class DecoderBlock(nn.Module):
 
 
 class CharLM(nn.Module):
-    """Token and position embeddings, ``num_layers`` blocks, a final norm and a head tied to the
-    token embedding: ``forward(ids (B, T), start=0)`` -> logits (B, T, vocab_size), the tokens
-    at positions start .. start + T - 1. ``block_class``, ``norm_class``: the learner's parts."""
+    """Token and position embeddings, ``num_layers`` blocks, a final norm, a head tied to the
+    token embedding: ``forward(ids (B, T), start=0)`` -> logits (B, T, vocab_size), the tokens at
+    positions start .. start + T - 1. ``block_class``, ``norm_class``: the learner's parts."""
 
     def __init__(
         self,
@@ -89,8 +83,7 @@ class CharLM(nn.Module):
 
 
 def torch_layer(kind: type[nn.Module], sizes, seed: int, activation: str, **settings):
-    """torch's layer in float64, dropout 0, batch first, every parameter random (biases and
-    norms too, so that a dropped bias or two swapped norms show)."""
+    """torch's layer in float64, dropout 0, batch first, every parameter random (norms too)."""
     torch.manual_seed(seed)  # the checker runs in a random stream of its own
     settings.update(dropout=0.0, batch_first=True, dtype=torch.float64, activation=activation)
     layer = kind(*sizes[:3], **settings)
@@ -101,25 +94,11 @@ def torch_layer(kind: type[nn.Module], sizes, seed: int, activation: str, **sett
     return layer
 
 
-def _attend(attn: nn.MultiheadAttention, query, key, value, mask, flaw: str = ""):
-    """torch's multi-head attention written out, the mask True = may attend, with ``flaw`` (one
-    of :data:`families.MASK`): the output (B, L, E)."""
-    w, b = attn.in_proj_weight.chunk(3), attn.in_proj_bias.chunk(3)
-    q, k, v = (
-        families.split_heads(F.linear(x, w[i], b[i]), attn.num_heads)
-        for i, x in enumerate((query, key, value))
-    )
-    return attn.out_proj(families.merge_heads(families.attention(q, k, v, mask, flaw)[0]))
-
-
 def with_flaw(src, x, memory=None, memory_mask=None, flaw: str = ""):
-    """torch's encoder layer (pre-LN: the exercise's block) or decoder layer (post-LN, with
-    cross-attention to ``memory``) written out, masks True = may attend, with ``flaw``."""
+    """torch's encoder (pre-LN) or decoder layer (post-LN, reading ``memory``) with ``flaw``."""
     pre = src.norm_first != (flaw == "the norms in the other place")
-    norms = [src.norm1, src.norm2, getattr(src, "norm3", None)]
-    norms[:2] = {"norm1 twice": norms[:1] * 2, "norm1 and norm2 swapped": norms[1::-1]}.get(
-        flaw, norms[:2]
-    )
+    order = {"norm1 twice": "113", "norm1 and norm2 swapped": "213"}.get(flaw, "123")
+    norms = [getattr(src, f"norm{i}", None) for i in order]
     other = {F.gelu: F.relu, F.relu: F.gelu}[src.activation]
     act = {"the other activation": other, "no activation": lambda t: t}.get(flaw, src.activation)
     self_mask = None if flaw == "no causal mask" else families.causal(x.size(1), x.size(1), flaw)
@@ -130,9 +109,12 @@ def with_flaw(src, x, memory=None, memory_mask=None, flaw: str = ""):
     }.get(flaw, (memory, memory_mask))
     inverted = {"causal mask inverted": "self_attn", "memory mask inverted": "multihead_attn"}
 
-    def attend(name, q, kv, mask):
-        flawed = inverted.get(flaw) == name
-        return _attend(getattr(src, name), q, kv, kv, mask, INVERTED if flawed else "")
+    def attend(name, query, kv, mask):  # torch's attention written out, the flaw of its mask
+        a, inverts = getattr(src, name), "mask inverted, empty rows zeroed"
+        packed = zip((query, kv, kv), a.in_proj_weight.chunk(3), a.in_proj_bias.chunk(3))
+        q, k, v = (families.split_heads(F.linear(t, w, b), a.num_heads) for t, w, b in packed)
+        out, _ = families.attention(q, k, v, mask, inverts if inverted.get(flaw) == name else "")
+        return a.out_proj(families.merge_heads(out))
 
     def cross(t):
         q = x if flaw == "cross-attention reads x" else t
@@ -159,49 +141,40 @@ def with_flaw(src, x, memory=None, memory_mask=None, flaw: str = ""):
 
 
 TEXTS = {
-    "no causal mask": "there is no causal mask: each token sees the tokens after it too, so the "
-    "model could read the very token it has to predict.",
+    "no causal mask": "there is no causal mask: each token sees the tokens after it too, the very "
+    "token it has to predict among them.",
     "causal mask inverted": "the causal mask is inverted: True means 'may attend' (as in your "
-    "MultiHeadAttention), so it is True on and below the diagonal.",
-    "the norms in the other place": "the LayerNorms sit in the other place. GPT-2's block is "
-    "pre-LN (each sub-layer normalises its input, its output is added to x unchanged); the "
-    "original decoder layer is post-LN (each sub-layer adds its output to its input, then "
-    "normalises).",
+    "MultiHeadAttention), on and below the diagonal.",
+    "the norms in the other place": "the LayerNorms sit in the other place: GPT-2's block is "
+    "pre-LN (a sub-layer normalises its input, adds its output to x), the original decoder layer "
+    "post-LN (a sub-layer adds its output to its input, then normalises).",
     "the norm on the residual path": "the LayerNorm's output replaces x on the residual path; "
     "pre-LN normalises only what goes into the sub-layer.",
     "no self-attention residual": "the residual around the self-attention is missing.",
     "no FFN residual": "the residual around the feed-forward network is missing.",
     "FFN reads the input of the one before": "the feed-forward network reads what the sub-layer "
-    "before it read; it reads that sub-layer's result, after its residual add.",
+    "before it read, not that sub-layer's result after its residual add.",
     "FFN input not normalised": "the feed-forward network's input is not normalised first.",
     "norm1 twice": "you used norm1 twice: each sub-layer has its own LayerNorm, in order.",
-    "norm1 and norm2 swapped": "norm1 and norm2 are swapped: norm1 belongs to the first "
-    "sub-layer, the self-attention, norm2 to the second.",
+    "norm1 and norm2 swapped": "norm1 and norm2 are swapped: norm1 goes with the self-attention.",
     "the other activation": "the activation is the other one: GPT-2's block uses GELU, the "
     "original decoder layer (as torch's default) ReLU.",
     "no activation": "the feed-forward network has no activation between its two Linears.",
 }
-NAN = (
-    "NaN: some query may attend to no key at all, so its softmax is over a row of -inf. Is the "
-    "causal mask inverted, or strictly below the diagonal? A token attends to itself and the "
-    "tokens before it."
+_NAN = (
+    "NaN: some query may attend to no key at all (a softmax over a row of -inf). Is the causal "
+    "mask inverted, or strictly below the diagonal? A token sees itself too."
 )
-
-
-def nan_cause(got, case) -> str | None:
-    return NAN if torch.isnan(got).any() else None
-
-
 _PARTS = (  # the learner's parts: a block's, a decoder layer's
     "self_attn, norm1, norm2, linear1, linear2",
     "self_attn, multihead_attn, linear1, linear2, norm1, norm2, norm3",
 )
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 
 def _part(module, name: str, case: Case, parts: str):
-    found = getattr(module, name, None)
-    if found is None and name == "multihead_attn":
-        found = getattr(module, "cross_attn", None)  # another name the learner may give it
+    alias = "cross_attn" if name == "multihead_attn" else name  # a name the learner may give it
+    found = getattr(module, name, getattr(module, alias, None))
     if found is None:
         raise ExerciseFailure(
             f"Case {case.name!r}: your {type(module).__name__} has no attribute `{name}`. The "
@@ -212,8 +185,7 @@ def _part(module, name: str, case: Case, parts: str):
 
 
 def _load(module, source: nn.Module, case: Case) -> dict:
-    """Copy torch's layer ``source`` into the learner's parts, by name (each attention cut from
-    torch's packed in_proj_weight into q_proj, k_proj, v_proj). Returns the parts."""
+    """torch's ``source`` copied into the learner's parts, by name (in_proj cut in three)."""
     d, ff = source.linear1.in_features, source.linear1.out_features
     made = {
         "linear1": f"a Linear d_model → dim_feedforward ({d} → {ff})",
@@ -228,53 +200,47 @@ def _load(module, source: nn.Module, case: Case) -> dict:
             what = made.get(name, f"a LayerNorm of d_model = {d} features")
             copy_weight_and_bias(part, src.weight, src.bias, case.name, f"self.{name}", what)
             continue
-        projections = ("q_proj", "k_proj", "v_proj", "out_proj")
-        if not all(hasattr(part, p) for p in projections):
+        if not all(hasattr(part, p) for p in _PROJECTIONS):
             raise ExerciseFailure(
                 f"Case {case.name!r}: self.{name} ({type(part).__name__}) has no q_proj, k_proj, "
                 "v_proj, out_proj: build it with your MultiHeadAttention of lesson 02."
             )
-        weights = zip(src.in_proj_weight.chunk(3), src.in_proj_bias.chunk(3))
-        for p, (w, b) in zip(projections, [*weights, (src.out_proj.weight, src.out_proj.bias)]):
-            copy_weight_and_bias(
-                getattr(part, p), w, b, case.name, f"self.{name}.{p}", made["attn"]
-            )
+        weights = [*src.in_proj_weight.chunk(3), src.out_proj.weight]
+        biases = [*src.in_proj_bias.chunk(3), src.out_proj.bias]
+        for p, w, b in zip(_PROJECTIONS, weights, biases):
+            where = f"self.{name}.{p}"
+            copy_weight_and_bias(getattr(part, p), w, b, case.name, where, made["attn"])
     return found
 
 
 def call_layer(candidate, case: Case, table: Table):
-    """The learner's layer built with the case's sizes, torch's weights in it, called on the
-    case's inputs (eval mode, no gradients); the cross-attention's queries are watched."""
+    """The learner's layer, built, loaded with torch's weights, called on the case (eval mode)."""
     source, *inputs = case.args
     layer = build_module(candidate, case, case.extra["sizes"]).eval()
     cross = _load(layer, source, case).get("multihead_attn")
-    queries = []  # the lengths of the queries the cross-attention was called with
+    queries = []
 
-    def record(module, args, kwargs):
-        query = args[0] if args else kwargs.get("query")
-        queries.append(query.size(-2) if isinstance(query, torch.Tensor) else None)
+    def record(module, args, kwargs):  # the length of the queries the cross-attention is given
+        queries.append(getattr(args[0] if args else kwargs.get("query"), "shape", (0, 0))[-2])
 
     def run():
         with torch.no_grad():
             clones = (t.clone() for t in inputs)
             return call_candidate(layer, case.name, *clones, crash_hint=table.crash, **case.kwargs)
 
-    hook = cross and cross.register_forward_pre_hook(record, with_kwargs=True)
+    if cross is not None:  # the layer is the case's own: the hook goes with it
+        cross.register_forward_pre_hook(record, with_kwargs=True)
     try:
-        got, crash = run(), None
-    except ExerciseFailure as failure:
-        got, crash = None, failure
-    if hook:
-        hook.remove()
-    T, S = inputs[0].size(1), inputs[-1].size(1)
-    if crash and S != T and S in queries:  # the queries were memory's S tokens
+        got = run()
+    except ExerciseFailure as crash:
+        T, S = inputs[0].size(1), inputs[-1].size(1)
+        if S == T or S not in queries:
+            raise
         raise crash.with_cause(
             f"the cross-attention's roles are swapped: its queries are the encoder's {S} tokens; "
             f"they come from the decoder's {T} (one output per target token), its keys and "
             "values from memory."
         ) from crash.raised
-    if crash:
-        raise crash
     if isinstance(got, tuple):
         raise ExerciseFailure(
             f"Case {case.name!r}: your {type(layer).__name__}'s forward returned a tuple of "
@@ -290,60 +256,71 @@ def call_layer(candidate, case: Case, table: Table):
     return got
 
 
+def layer_table(cases, reference, flaws, texts, fallback: str, crash: str) -> Table:
+    """A layer's table: :func:`call_layer`, torch's ``reference``, :func:`with_flaw`'s mistakes."""
+    keeps, mistakes = "the output has the shape of x.", families.flawed(with_flaw, flaws, **texts)
+    nan = lambda got, case: _NAN if torch.isnan(got).any() else None  # noqa: E731
+    outputs = [Out("outputs", shape_hint=keeps, cause=nan, fallback=fallback)]
+    return Table(cases, reference, mistakes, outputs, call_layer, crash, atol=1e-4, rtol=1e-3)
+
+
 # ---------------------------------------------------------------- DecoderBlock
+
+
+_BLOCKS = [  # name, (d_model, nhead, dim_feedforward), x's shape
+    ("d_model 16, 4 heads, dim_feedforward 32; x (2, 5, 16)", (16, 4, 32), (2, 5, 16)),
+    ("d_model 12, 3 heads, dim_feedforward 24; x (1, 7, 12)", (12, 3, 24), (1, 7, 12)),
+    ("one token per sequence (a generation step): x (3, 1, 8)", (8, 2, 16), (3, 1, 8)),
+    ("d_model 8, 1 head, dim_feedforward 16; x (2, 9, 8)", (8, 1, 16), (2, 9, 8)),
+]
+_BLOCK_FLAWS = [*TEXTS, "causal upper triangle", "causal without the diagonal"]
+_PRE_LN = (
+    "GPT-2's block is pre-LN: each sub-layer normalises its input (norm1 before the attention, "
+    "norm2 before the feed-forward network) and adds its output to x."
+)
+_BLOCK_CRASH = "forward takes x alone: the block builds its causal mask itself, from x's length."
+_BLOCK_TODO = (
+    "Replace `raise NotImplementedError` in DecoderBlock: its five parts in __init__; in "
+    "forward, the causal mask, then the two pre-LN sub-layers."
+)
 
 
 def _block_cases():
     g = torch.Generator().manual_seed(70)
-    for seed, (name, sizes, shape) in enumerate(
-        [
-            ("d_model 16, 4 heads, dim_feedforward 32; x (2, 5, 16)", (16, 4, 32), (2, 5, 16)),
-            ("d_model 12, 3 heads, dim_feedforward 24; x (1, 7, 12)", (12, 3, 24), (1, 7, 12)),
-            ("one token per sequence (a generation step): x (3, 1, 8)", (8, 2, 16), (3, 1, 8)),
-            ("d_model 8, 1 head, dim_feedforward 16; x (2, 9, 8)", (8, 1, 16), (2, 9, 8)),
-        ]
-    ):
+    for seed, (name, sizes, shape) in enumerate(_BLOCKS):
         layer = torch_layer(nn.TransformerEncoderLayer, sizes, seed, "gelu", norm_first=True)
         yield Case(name, (layer, torch.randn(*shape, generator=g)), extra={"sizes": sizes})
 
 
+def _torch_block(layer, x):
+    return layer(x, src_mask=masks.other_convention(causal(x.size(1))))
+
+
+_TABLE = layer_table(_block_cases, _torch_block, _BLOCK_FLAWS, TEXTS, _PRE_LN, _BLOCK_CRASH)
 check_decoder_block = exercise(
-    "DecoderBlock",
-    "07",
-    reference=DecoderBlock,
-    todo="Replace `raise NotImplementedError` in DecoderBlock: its five parts in __init__; in "
-    "forward, the causal mask, then the two pre-LN sub-layers.",
-    own_work=LAYERS,
-    table=Table(
-        cases=_block_cases,
-        reference=lambda layer, x: layer(x, src_mask=masks.other_convention(causal(x.size(1)))),
-        call=call_layer,
-        mistakes=families.flawed(
-            with_flaw, [*TEXTS, "causal upper triangle", "causal without the diagonal"], **TEXTS
-        ),
-        outputs=[
-            Out(
-                "outputs",
-                shape_hint="the output has the shape of x.",
-                cause=nan_cause,
-                fallback="GPT-2's block is pre-LN: each sub-layer normalises its input (norm1 "
-                "before the attention, norm2 before the feed-forward network) and adds its "
-                "output to x.",
-            )
-        ],
-        crash="forward takes x alone: the block builds its causal mask itself, from x's length.",
-        atol=1e-4,
-        rtol=1e-3,
-    ),
+    "DecoderBlock", "07", reference=DecoderBlock, todo=_BLOCK_TODO, own_work=LAYERS, table=_TABLE
 )
 
 # ---------------------------------------------------------------- CharLM
 
+_LM_TODO = (
+    "Replace `raise NotImplementedError` in CharLM: the embeddings, the blocks, the final norm "
+    "and the tied head in __init__; in forward, embed, run the blocks, normalise, score."
+)
+_LM_OWN = {"the course's DecoderLM (mha_course)": DecoderLM}
+_LM_ARGS = ("vocab_size", "d_model", "nhead", "num_layers", "dim_feedforward", "max_len")
 _LM_PARTS = "token_embedding, position_embedding, blocks, norm, head"
 _LM_STEPS = (
     "the token embeddings of ids (B, T) plus the position embeddings of start .. start + T - 1, "
     "the blocks in order, the final norm, the head."
 )
+_LM_SHAPE = "one score per token of the vocabulary at every position: (B, T, vocab_size)."
+_LM_CASES = [  # name, sizes (as _LM_ARGS), ids' shape, start
+    ("vocab 11, d_model 16, 2 heads, 2 layers; ids (2, 6)", (11, 16, 2, 2, 32, 12), (2, 6), 0),
+    ("ids (2, 4) from start 5: positions 5..8 of a text", (11, 16, 2, 2, 32, 12), (2, 4), 5),
+    ("one new token, ids (3, 1), start 9 (a generation step)", (7, 8, 2, 3, 16, 12), (3, 1), 9),
+    ("1 layer, vocab 5, ids (1, 10) as long as max_len", (5, 8, 1, 1, 16, 10), (1, 10), 0),
+]
 
 
 def _lm(model, blocks, ids, start: int, flaw: str = ""):
@@ -362,8 +339,7 @@ def _lm(model, blocks, ids, start: int, flaw: str = ""):
 
 _LM_TEXTS = {
     "positions restart at 0": "your positions start at 0 whatever `start` is: the T tokens are "
-    "at positions start .. start + T - 1. Fed one token at a time, such a model sees every "
-    "token at position 0.",
+    "at start .. start + T - 1. Fed one token at a time, such a model sees each at position 0.",
     "no position embedding": "the position embedding is missing: without it, attention cannot "
     "tell the order of the tokens.",
     "positions indexed by the ids": "you looked up the position embedding with the token ids; "
@@ -376,42 +352,35 @@ _LM_TEXTS = {
     "probabilities": "you returned probabilities (a softmax); the model gives the logits, the "
     "head's output (the loss and the sampling take the softmax themselves).",
 }
-
-
 _LM_MISTAKES = families.flawed(_lm, _LM_TEXTS, **_LM_TEXTS)
-_LM_SHAPE = "one score per token of the vocabulary at every position: (B, T, vocab_size)."
 
 
 def _blocks(model, case: Case) -> list[nn.Module]:
     """The blocks, once the parts are checked: two embeddings, N distinct blocks, a tied head."""
-    V, d, N, max_len = map(
-        case.extra["sizes"].get, ("vocab_size", "d_model", "num_layers", "max_len")
-    )
-    for name, rows, what in (("token", V, "vocab_size"), ("position", max_len, "max_len")):
+    sizes = case.extra["sizes"]
+    d, N = sizes["d_model"], sizes["num_layers"]
+    for name, what in (("position", "max_len"), ("token", "vocab_size")):  # found: the token one
         found = getattr(_part(model, f"{name}_embedding", case, _LM_PARTS), "weight", None)
-        if not isinstance(found, torch.Tensor) or tuple(found.shape) != (rows, d):
+        if not isinstance(found, torch.Tensor) or tuple(found.shape) != (sizes[what], d):
             made = "no weight" if found is None else f"{found.size(0)} rows of {found.size(-1)}"
             raise ExerciseFailure(
                 f"Case {case.name!r}: self.{name}_embedding has {made}, expected an nn.Embedding "
-                f"({what}, d_model) = ({rows}, {d}): one learned vector per row."
+                f"({what}, d_model) = ({sizes[what]}, {d}): one learned vector per row."
             )
-    blocks = _part(model, "blocks", case, _LM_PARTS)
+    blocks, problem = _part(model, "blocks", case, _LM_PARTS), None
     if isinstance(blocks, (list, tuple)):
         problem = f"a Python {type(blocks).__name__}: PyTorch does not see the blocks' weights"
     elif not isinstance(blocks, (nn.ModuleList, nn.Sequential)) or len(blocks) != N:
         problem = f"not a list of num_layers = {N} blocks"
     elif len({id(b) for b in blocks}) != N:
         problem = "one and the same block several times: each layer is a block of its own"
-    else:
-        problem = None
     if problem:
         raise ExerciseFailure(
             f"Case {case.name!r}: self.blocks is {problem}.\nLikely cause: the blocks go in an "
             "nn.ModuleList, which registers them, one new DecoderBlock per layer."
         )
     _part(model, "norm", case, _LM_PARTS)
-    head = _part(model, "head", case, _LM_PARTS)
-    if getattr(head, "weight", None) is not model.token_embedding.weight:
+    if getattr(_part(model, "head", case, _LM_PARTS), "weight", None) is not found:
         raise ExerciseFailure(
             f"Case {case.name!r}: the output head is not tied to the token embedding: the "
             "head's weight is the token embedding's weight itself, one Parameter that reads each "
@@ -424,32 +393,11 @@ def _blocks(model, case: Case) -> list[nn.Module]:
     return list(blocks)
 
 
-_LM_ARGS = ("vocab_size", "d_model", "nhead", "num_layers", "dim_feedforward", "max_len")
-
-
 def _lm_cases():
     g = torch.Generator().manual_seed(71)
-    for name, sizes, shape, start in [
-        ("vocab 11, d_model 16, 2 heads, 2 layers; ids (2, 6)", (11, 16, 2, 2, 32, 12), (2, 6), 0),
-        ("ids (2, 4) from start 5: positions 5..8 of a text", (11, 16, 2, 2, 32, 12), (2, 4), 5),
-        ("one new token, ids (3, 1), start 9 (a generation step)", (7, 8, 2, 3, 16, 12), (3, 1), 9),
-        ("1 layer, vocab 5, ids (1, 10) as long as max_len", (5, 8, 1, 1, 16, 10), (1, 10), 0),
-    ]:
+    for name, sizes, shape, start in _LM_CASES:
         ids = torch.randint(0, sizes[0], shape, generator=g)
         yield Case(name, (ids, start), extra={"sizes": dict(zip(_LM_ARGS, sizes))})
-
-
-def _build_lm(candidate, case: Case) -> nn.Module:
-    """The learner's CharLM, built with the lesson's keywords (torch's names)."""
-    try:
-        return build_module(candidate, case, (), **case.extra["sizes"])
-    except ExerciseFailure as failure:
-        if "keyword argument" not in str(failure.raised):
-            raise
-        raise failure.with_cause(
-            "CharLM's arguments have torch's names, as in nn.TransformerDecoderLayer and the "
-            f"course's DecoderLM: {', '.join(_LM_ARGS)}; the lesson passes them by name."
-        ) from failure.raised
 
 
 def _logits(model, case: Case, ids):
@@ -458,36 +406,31 @@ def _logits(model, case: Case, ids):
         return call_candidate(model, case.name, ids.clone(), crash_hint=_LM_STEPS, **start)
 
 
-@exercise(
-    "CharLM",
-    "07",
-    reference=CharLM,
-    todo="Replace `raise NotImplementedError` in CharLM: the embeddings, the blocks, the final "
-    "norm and the tied head in __init__; in forward, embed the tokens and their positions, run "
-    "the blocks, normalise, score.",
-    points=2,
-    own_work={"the course's DecoderLM (mha_course)": DecoderLM},
-)
+@exercise("CharLM", "07", reference=CharLM, todo=_LM_TODO, points=2, own_work=_LM_OWN)
 def check_char_lm(candidate) -> int:
-    """Check ``candidate(vocab_size, d_model, nhead, num_layers, dim_feedforward, max_len)``
-    (``forward(ids, start=0)`` -> logits (B, T, vocab_size)) against its own parts, and that no
-    logit depends on a later token."""
-    n = 0
+    """Check ``candidate(vocab_size, d_model, nhead, num_layers, dim_feedforward, max_len)``'s
+    logits (B, T, vocab_size) against its own parts, none depending on a later token."""
     for case in _lm_cases():
-        model = _build_lm(candidate, case)
+        try:  # with the lesson's keywords, torch's names
+            model = build_module(candidate, case, (), **case.extra["sizes"]).eval()
+        except ExerciseFailure as failure:
+            if "keyword argument" not in str(failure.raised):
+                raise
+            raise failure.with_cause(
+                "CharLM's arguments have torch's names, as in nn.TransformerDecoderLayer and the "
+                f"course's DecoderLM: {', '.join(_LM_ARGS)}; the lesson passes them by name."
+            ) from failure.raised
         blocks, (ids, start) = _blocks(model, case), case.args
-        got, args = _logits(model.eval(), case, ids), (model, blocks, ids, start)
+        got, args = _logits(model, case, ids), (model, blocks, ids, start)
         with torch.no_grad():
             hints = {"shape_hint": _LM_SHAPE, "fallback": _LM_STEPS}
             require_tensor(case.name, "logits", got, _lm(*args), _LM_MISTAKES, args, **hints)
         changed = ids.clone()
         changed[:, -1] = (changed[:, -1] + 1) % case.extra["sizes"]["vocab_size"]
-        again = _logits(model, case, changed)[:, :-1]
-        if not torch.allclose(again, got[:, :-1], atol=1e-5, rtol=1e-4):
+        if not torch.allclose(_logits(model, case, changed)[:, :-1], got[:, :-1], 1e-4, 1e-5):
             raise ExerciseFailure(
                 f"Case {case.name!r}: changing only the last token changed the logits at earlier "
                 "positions: your model looks ahead.\nLikely cause: the blocks attend to later "
                 "tokens. Build the model from your DecoderBlock, which applies the causal mask."
             )
-        n += 1
-    return n
+    return len(_LM_CASES)
