@@ -26,6 +26,8 @@ ELSEWHERE = {  # exercise: where its tolerance is pinned instead, or why there i
     "CharLM": "tests/test_checks_decoder.py",
     "sample_next": "token ids: compared exactly",
     "CachedAttention": "tests/test_checks_kv_cache.py::test_cached_attention_tolerance_is_pinned",
+    "StaticCachedAttention": "tests/test_checks_kv_cache.py::test_cached_attention_tolerance_is_pinned",
+    "decode_roofline": "tests/test_checks_fast_decoding.py (held in microseconds)",
     "attend_tile": "a Triton kernel: tests/test_checks_flash.py",
     "flash_launch": "a Triton launch: tests/test_checks_flash.py",
 }

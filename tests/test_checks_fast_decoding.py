@@ -66,6 +66,22 @@ def test_decode_roofline_types_and_not_done(capsys):
     not_done(check_decode_roofline, skeleton, capsys)
 
 
+@pytest.mark.parametrize("factor, holds", [(0.4, True), (3.0, False)])
+def test_decode_roofline_tolerance_is_pinned(factor, holds, capsys):
+    """The time is held in microseconds to atol 1e-5, rtol 1e-4: just inside passes, just
+    outside fails (a tolerance loosened or tightened by mistake fails this test)."""
+
+    def nudged(*args):
+        read, seconds = reference.decode_roofline(*args)
+        micro = seconds * 1e6
+        return read, (micro + factor * (1e-5 + 1e-4 * abs(micro))) / 1e6
+
+    if holds:
+        passes(check_decode_roofline, nudged, capsys)
+    else:
+        fails_with(check_decode_roofline, nudged, "differ from the reference")
+
+
 # ---------------------------------------------------------------- StaticCachedAttention
 
 
