@@ -1,11 +1,6 @@
-"""Exercise checkers, one module per lesson topic (``l01_attention.py`` holds lesson 01's
-attention), each declaring its exercises (:func:`._core.exercise`): name, lesson, reference,
-points and the case table they are checked on. :mod:`._core` is the protocol every checker
-keeps, :mod:`._table` the one loop that runs a table, :mod:`.families` the classic mistakes that
-recur from lesson to lesson; :mod:`mha_course.exercises` is the registry's public face.
-
-Every checker is importable from here by its name, ``check_<name in snake case>``
-(``check_multi_head_attention``).
+"""Exercise checkers, one module per lesson topic (``l01_attention.py``: lesson 01's attention),
+each declaring its exercises with :func:`._core.exercise`. Every checker is importable from here
+as ``check_<name in snake case>`` (``check_multi_head_attention``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Calling the learner's code: a crash becomes a failure that names the case, the learner's line
-that raised, the inputs and the likely cause; the unsolved skeleton's NotImplementedError becomes
-"not done yet"."""
+"""Calling the learner's code: a crash becomes a failure naming the case, the learner's line that
+raised, the inputs and the likely cause; the skeleton's NotImplementedError becomes NotDoneYet."""
 
 from __future__ import annotations
 
@@ -12,70 +11,48 @@ from .._validate import shape_str
 from ._failure import ExerciseFailure, NotDoneYet, _error_text
 from ._inspect import frame_lines
 
-__all__ = ["call_candidate", "call_with_mask", "crashed"]
-
-_KNOWN_CRASHES = (
-    (
-        "before Module.__init__() call",
-        "your __init__ gives the module a layer before the nn.Module itself is set up: the "
-        "module's own __init__ (through super) must run first.",
-    ),
-    (
-        "on a bool tensor is not supported",
-        "a minus sign does not invert a bool mask: the logical not does (the ~ operator).",
-    ),
-    (
-        "with a bool tensor is not supported",
-        "one minus a bool mask is no inverted mask: the logical not is (the ~ operator).",
-    ),
-    (
-        "got an unexpected keyword argument",
-        "an argument name that the function called does not take. The check passes the names of "
-        "the exercise's signature (torch's, where it has them): keep the skeleton's names.",
-    ),
-)
+_SHAPE_MIX_UP = "a shape mix-up; print the shapes inside your code, step by step."
+_KNOWN_CRASHES = {  # a piece of the error's text: its likely cause
+    "before Module.__init__() call": "your __init__ gives the module a layer before the nn.Module "
+    "itself is set up: the module's own __init__ (through super) must run first.",
+    "on a bool tensor is not supported": "a minus sign does not invert a bool mask: the logical "
+    "not does (the ~ operator).",
+    "with a bool tensor is not supported": "one minus a bool mask is no inverted mask: the logical "
+    "not is (the ~ operator).",
+    "got an unexpected keyword argument": "an argument name that the function called does not "
+    "take. The check passes the names of the exercise's signature (torch's, where it has them): "
+    "keep the skeleton's names.",
+}
 
 
 def _known_crash(error: BaseException) -> str | None:
-    return next((why for text, why in _KNOWN_CRASHES if text in str(error)), None)
+    return next((why for text, why in _KNOWN_CRASHES.items() if text in str(error)), None)
 
 
 def crashed(case: str | None, error: BaseException, hint: str = "", inputs: str = ""):
-    """The failure to raise (``from error``) when the learner's code raised ``error``: the case,
-    the error, the learner's line that raised it, the inputs and the likely cause."""
-    hint = (
-        _known_crash(error)
-        or hint
-        or "a shape mix-up; print the shapes inside your code, step by step."
-    )
-    lines = [
-        ("" if case is None else f"Case {case!r}: ") + f"your code raised {_error_text(error)}"
-    ]
-    lines += frame_lines(error)
-    if inputs:
-        lines.append(f"  inputs: {inputs}")
-    lines.append(f"Likely cause: {hint}")
-    return ExerciseFailure("\n".join(lines))
+    """The failure to raise (``from error``) when the learner's code raised ``error``."""
+    hint = _known_crash(error) or hint or _SHAPE_MIX_UP
+    head = "" if case is None else f"Case {case!r}: "
+    lines = [f"{head}your code raised {_error_text(error)}", *frame_lines(error)]
+    lines += [f"  inputs: {inputs}"] if inputs else []
+    return ExerciseFailure("\n".join([*lines, f"Likely cause: {hint}"]))
 
 
 def call_candidate(candidate: Callable, case: str, *args, crash_hint: str = "", **kwargs):
-    """Call the learner's code; turn NotImplementedError into NotDoneYet and a crash into a
-    failure that says which case crashed, where, with what inputs, and (``crash_hint``) what to
-    look at."""
+    """Call the learner's code: NotImplementedError becomes NotDoneYet, a crash the failure of
+    :func:`crashed` (``crash_hint``: what to look at)."""
     try:
         return candidate(*args, **kwargs)
     except NotImplementedError:
         raise NotDoneYet() from None
     except Exception as error:  # the learner's bug: report it with the case that triggered it
-        inputs = ", ".join(
-            [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()]
-        )
-        raise crashed(case, error, crash_hint, inputs) from error
+        inputs = [_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()]
+        raise crashed(case, error, crash_hint, ", ".join(inputs)) from error
 
 
 def call_with_mask(candidate, case: str, *args, attn_mask, crash_hint: str, mask_hint: str):
-    """:func:`call_candidate` with ``attn_mask=attn_mask``; when the learner's code crashes with
-    the mask and runs without it, the likely cause is ``mask_hint``."""
+    """:func:`call_candidate` with ``attn_mask``; when the learner's code crashes with the mask
+    and runs without it, the likely cause is ``mask_hint``."""
     try:
         return call_candidate(candidate, case, *args, attn_mask=attn_mask, crash_hint=crash_hint)
     except ExerciseFailure as failure:

@@ -1,21 +1,11 @@
-"""The checker protocol, shared by every exercise.
+"""The checker protocol (:class:`Checker`) and the declaration of an exercise (:func:`exercise`).
 
-``check_X(candidate)``:
-
-* prints one success line when the candidate matches the reference on every case;
-* prints "not done yet" when the candidate still raises NotImplementedError (the unsolved
-  skeleton), so an unsolved notebook still runs top to bottom;
-* raises :class:`ExerciseFailure` (an ``AssertionError``) otherwise, saying which case failed,
-  what was expected, what came, and the likely cause in plain words. In a notebook it shows only
-  that message (a few lines), never the checker's own code.
-
-A checker is a function that runs cases and raises ``ExerciseFailure`` itself; :func:`checker`
-wraps it with the protocol above, after three looks at the answer itself: did its exercise cell
-run, does it call the library routine it is meant to replace, does it use a variable of the
-notebook. Likely causes come from *diagnosis*: the checker also runs the classic wrong versions
-of the exercise on the same inputs and names the one the candidate matches.
-
-The failures themselves are in :mod:`mha_course.checks._failure` (importable from here too).
+``check_X(candidate)`` prints one success line when the candidate matches the reference on every
+case, "not done yet" while it is the unsolved skeleton (it raises NotImplementedError), and
+otherwise raises :class:`ExerciseFailure`: which case failed, what was expected and what came, the
+likely cause. Before its cases it looks at the answer itself: did its cell run, does it call the
+routine it replaces, does it use a variable of the notebook; a failing answer that uses another
+exercise's failing answer is blamed on that one.
 """
 
 from __future__ import annotations
@@ -34,19 +24,9 @@ from ._registry import REGISTRY, Exercise, find, register
 from ._table import Mistake, run
 from ._verdict import evaluate
 
-__all__ = [
-    "ExerciseFailure",
-    "CellDidNotRun",
-    "NotDoneYet",
-    "Mistake",
-    "Checker",
-    "checker",
-    "exercise",
-    "call_candidate",
-    "crashed",
-    "error_line",
-    "call_with_mask",
-]
+__all__ = ["ExerciseFailure", "CellDidNotRun", "NotDoneYet", "Mistake", "Checker", "checker"]
+__all__ += ["exercise", "call_candidate", "crashed", "error_line", "call_with_mask"]
+_FROM_INIT = "from what __init__ was given (kept on self) and "
 
 
 class Checker:
@@ -54,14 +34,10 @@ class Checker:
 
     def __init__(self, run_cases: Callable[..., int], exercise: str, what_to_do: str, own_work):
         functools.update_wrapper(self, run_cases)
-        self._run_cases, self._exercise, self.what_to_do = run_cases, exercise, what_to_do
+        self._run_cases, self.what_to_do = run_cases, what_to_do
+        self.exercise = exercise  # what the learner writes, as the registry names it
         self.own_work = dict(own_work or {})  # {"torch's ...": routine the learner must not call}
         self.table = None  # the case table, for a checker declared with one
-
-    @property
-    def exercise(self) -> str:
-        """What the learner writes (``MultiHeadAttention``), as the registry names it too."""
-        return self._exercise
 
     def __call__(self, candidate) -> None:
         try:
@@ -85,12 +61,8 @@ class Checker:
 
     def run(self, candidate, *, cell: bool = True) -> int:
         """The number of cases passed; raises NotDoneYet or ExerciseFailure. ``cell``: the
-        candidate is what the notebook's exercise cell defined, so a failed last run of that
-        cell means it is stale.
-
-        When the answer fails and it uses another exercise's answer that is not done yet or
-        does not pass its own check (a MultiHeadAttention calling the learner's split_heads),
-        the failure names that one instead. The learner's random stream is left as it was."""
+        candidate is what the notebook's exercise cell defined (stale if that cell's last run
+        failed). The learner's random stream is left as it was."""
         with torch.random.fork_rng(devices=[]):
             return self._run(candidate, cell)
 
@@ -114,9 +86,8 @@ class Checker:
         except NotImplementedError:
             raise NotDoneYet() from None
         except Exception as error:  # the answer broke the checker's own steps: say how
-            failure = crashed(
-                None, error, f"compare your {self.exercise} with the exercise's skeleton."
-            )
+            hint = f"compare your {self.exercise} with the exercise's skeleton."
+            failure = crashed(None, error, hint)
             failure.check, failure.learner = self.__name__, self.exercise
             raise failure from error
 
@@ -133,42 +104,38 @@ class Checker:
         )
 
     def _require_own_work(self, candidate) -> None:
-        name = self.exercise
-        found = library_call(candidate, self.own_work)
+        name, found = self.exercise, library_call(candidate, self.own_work)
         if found is not None:
+            verb = "calls" if found.lineno else "subclasses"
+            why = (
+                "The exercise is to write it yourself (it is fine to compare with it afterwards, "
+                f"outside your {name})."
+            )
             raise ExerciseFailure(
-                "\n".join(
-                    [f"Your {name} {'calls' if found.lineno else 'subclasses'} {found.name}:"]
-                    + found.lines()
-                    + [
-                        "The exercise is to write it yourself (it is fine to compare with it "
-                        f"afterwards, outside your {name})."
-                    ]
-                )
+                "\n".join([f"Your {name} {verb} {found.name}:", *found.lines(), why])
             )
         found = notebook_variable(candidate)
         if found is not None:
-            inside = "from what __init__ was given (kept on self) and "
-            raise ExerciseFailure(
-                "\n".join(
-                    [
-                        f"Your {name} uses `{found.name}` ({_describe(found.value, equals=True)}), "
-                        f"a variable of the notebook, defined outside your {name}'s cell:"
-                    ]
-                    + found.lines()
-                    + [
-                        f"Later lessons load your {name} without the notebook's variables, and the "
-                        f"check uses other sizes. Take sizes "
-                        f"{inside if isinstance(candidate, type) else ''}from the inputs' shapes "
-                        "instead."
-                    ]
-                )
+            value = _describe(found.value, equals=True)
+            head = (
+                f"Your {name} uses `{found.name}` ({value}), a variable of the notebook, defined "
+                f"outside your {name}'s cell:"
             )
+            inside = _FROM_INIT if isinstance(candidate, type) else ""
+            why = (
+                f"Later lessons load your {name} without the notebook's variables, and the check "
+                f"uses other sizes. Take sizes {inside}from the inputs' shapes instead."
+            )
+            raise ExerciseFailure("\n".join([head, *found.lines(), why]))
 
 
 # ---------------------------------------------------------------- answers that use other answers
 
 _BEING_CHECKED: set[str] = set()  # the exercises whose helpers are being checked (no cycles)
+_PROBLEMS = {
+    "not done yet": "which is not done yet",
+    "did not run": "whose exercise cell did not run",
+}
 
 
 def _helpers(exercise: str, candidate) -> list[Helper]:
@@ -188,9 +155,8 @@ def _helpers_not_done(exercise: str, candidate, error: BaseException) -> NotDone
         return error
     while error is not None and not isinstance(error, NotImplementedError):
         error = error.__cause__ or error.__context__
-    if error is None:
-        return NotDoneYet()
-    helper = next((h for h in _helpers(exercise, candidate) if h.raised(error)), None)
+    helpers = [] if error is None else _helpers(exercise, candidate)
+    helper = next((h for h in helpers if h.raised(error)), None)
     if helper is None:
         return NotDoneYet()
     return NotDoneYet(
@@ -220,10 +186,7 @@ def _through(helper: Helper) -> str:
 
 def _helper_message(exercise: str, helper: Helper, verdict) -> str:
     name, check_call = helper.name, verdict.exercise.check_call
-    problem = {
-        "not done yet": "which is not done yet",
-        "did not run": "whose exercise cell did not run",
-    }.get(verdict.status, f"which does not pass {check_call.split('(')[0]}")
+    problem = _PROBLEMS.get(verdict.status, f"which does not pass {check_call.split('(')[0]}")
     lines = [f"Your {exercise} calls {name}{_through(helper)}, {problem}."]
     if verdict.reason:
         lines.append(f"  {name}: {verdict.reason}")
@@ -244,24 +207,13 @@ def checker(exercise: str, what_to_do: str, *, own_work: dict | None = None) -> 
     return decorate
 
 
-def exercise(
-    name: str,
-    lesson: str,
-    *,
-    reference,
-    todo: str,
-    points: int = 1,
-    own_work: dict | None = None,
-    table=None,
-):
+def exercise(name: str, lesson: str, *, reference, todo: str, points=1, own_work=None, table=None):
     """Declare an exercise: ``name`` is what the learner writes in lesson ``lesson``,
     ``reference`` is used in its place until it passes, ``todo`` says what to write (shown while
     it is not done yet), ``points`` count in the grader, ``own_work`` names the library routines
     the exercise replaces ({"torch's ...": routine}: an answer that calls one fails at once).
-
-    With ``table`` (a :class:`~._table.Table`) it returns the registered :class:`Checker`, named
-    ``check_<name in snake case>``; without, it decorates ``run_cases(candidate) -> number of
-    cases``."""
+    With ``table`` it returns the registered :class:`Checker` (``check_<name in snake case>``);
+    without, it decorates ``run_cases(candidate) -> number of cases``."""
 
     def decorate(run_cases: Callable[..., int]) -> Checker:
         check = Checker(run_cases, name, todo, own_work)

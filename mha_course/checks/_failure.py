@@ -1,12 +1,7 @@
-"""What a failed check raises, and how it shows: :class:`ExerciseFailure` (a wrong answer, or a
-crash), :class:`CellDidNotRun` (a stale definition), :class:`NotDoneYet` (the unsolved skeleton),
-and :func:`error_line`, the learner's error in one line.
-
-A failure's message names the case, what was expected and what came, and, when the checker can
-tell, ends on a line "Likely cause: ..."; the registry's one-line verdicts
-(:meth:`ExerciseFailure.short`) are cut from it. In a notebook it shows as its message alone,
-never the checker's own frames.
-"""
+"""What a failed check raises, and how a wrong result shows: :class:`ExerciseFailure` (a wrong
+answer, or a crash: the case, what was expected and what came, and, when the checker can tell, a
+last line "Likely cause: ..."), :class:`CellDidNotRun`, :class:`NotDoneYet`, and the messages'
+pieces (:func:`differ`, :func:`require_shape`, :func:`error_line`...)."""
 
 from __future__ import annotations
 
@@ -21,12 +16,8 @@ MAX_LINES = 15  # what a failing check may show in a notebook, all told
 
 
 class ExerciseFailure(AssertionError):
-    """The candidate runs but gives a wrong answer (or crashes); the message says why.
-
-    In IPython it renders as its message under one header line, without a traceback: the
-    checker's frames would only hide the few lines that matter. When the learner's own code
-    raised, the message already shows where (their file or cell, the line, the error).
-    """
+    """A wrong answer (or a crash); the message says why. IPython shows the message alone, under
+    one header line: the checker's frames would only hide it (a crash's message shows where)."""
 
     check: str | None = None  # "check_softmax": set by the checker that raised it
     learner: str | None = None  # what the learner wrote: "softmax"
@@ -132,10 +123,7 @@ def count(n: int, thing: str) -> str:
 
 def your(what: str) -> str:
     """ "the weights" -> "your weights": a message's words for the learner's result."""
-    for article in ("the ", "a ", "an "):
-        if what.lower().startswith(article):
-            return f"your {what[len(article) :]}"
-    return f"your {what}"
+    return "your " + re.sub(r"(?i)^(the|an?) ", "", what)
 
 
 def _likely(cause: str | None) -> str:
@@ -187,28 +175,19 @@ def differ(case: str, what: str, got: torch.Tensor, expected: torch.Tensor, caus
     """Fail, showing where ``got`` and ``expected`` differ most (or, for bool tensors, first)."""
     __tracebackhide__ = True  # noqa: F841
     g, e = got.detach().cpu(), expected.detach().cpu()
+    head, nan = f"Case {case!r}: {what} differ from the reference", g.double().isnan()
+    lines = [f"{head}."]
     if e.dtype == torch.bool:
         wrong = g != e
-        first = tuple(int(i) for i in wrong.nonzero()[0])
-        lines = [
-            f"Case {case!r}: {what} differ from the reference at "
-            f"{count(int(wrong.sum()), 'place')}, first at {list(first)}."
-        ]
-        index = first
-    elif torch.isnan(g.double()).any():
-        n = int(torch.isnan(g.double()).sum())
-        lines = [
-            f"Case {case!r}: {what} differ from the reference.",
-            f"  {your(what)} contain NaN at {count(n, 'place')}.",
-        ]
+        index = tuple(int(i) for i in wrong.nonzero()[0])
+        lines = [f"{head} at {count(int(wrong.sum()), 'place')}, first at {list(index)}."]
+    elif nan.any():
         index = ()
+        lines.append(f"  {your(what)} contain NaN at {count(int(nan.sum()), 'place')}.")
     else:
         diff = (g.double() - e.double()).abs()
         index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-        lines = [
-            f"Case {case!r}: {what} differ from the reference.",
-            f"  largest difference {diff.max().item():.3g} at index {list(index)}.",
-        ]
+        lines.append(f"  largest difference {diff.max().item():.3g} at index {list(index)}.")
     if index and g.dim() >= 1:
         lines += [f"  expected {_row(e, index[:-1])}", f"  got      {_row(g, index[:-1])}"]
     raise ExerciseFailure("\n".join(lines) + _likely(cause))

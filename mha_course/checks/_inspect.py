@@ -1,15 +1,9 @@
-"""Reading the learner's code, for the checks that look at *how* an answer is written.
-
-* :func:`library_call`: does the answer call the library routine the exercise asks the learner to
-  write (``F.scaled_dot_product_attention`` in lesson 01, ``nn.LayerNorm`` in lesson 03, ...)?
-* :func:`notebook_variable`: does it use a variable of the notebook (``d_k = 8`` in another cell)?
-  Such an answer passes in its own lesson and breaks in a later one, which loads it from
-  ``my_work/`` without the notebook's variables.
-* :func:`learner_frames`: where in the learner's code an error came from, without the checker's
-  own frames.
-
-The learner's code is every function whose file is not part of Python, an installed package or
-this course's package: a notebook cell, a saved answer in ``my_work/``, a test file.
+"""Reading the learner's code (every function whose file is not Python's, an installed
+package's or this course's: a notebook cell, a saved answer in ``my_work/``, a test file):
+:func:`library_call` (does it call the routine the exercise replaces?), :func:`notebook_variable`
+(does it use a variable of another cell? it breaks when a later lesson loads it from
+``my_work/``), :func:`exercise_helpers` (other exercises' answers it uses) and
+:func:`learner_frames` (where in it an error came from).
 """
 
 from __future__ import annotations
@@ -22,25 +16,13 @@ import os
 import re
 import site
 import sysconfig
+import traceback
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
-__all__ = [
-    "Found",
-    "Helper",
-    "exercise_helpers",
-    "innermost_learner_code",
-    "library_call",
-    "notebook_variable",
-    "learner_frames",
-    "frame_lines",
-    "where",
-    "source_line",
-]
 
 _LIBRARY_DIRS = tuple(
     os.path.join(Path(folder).resolve(), "")  # with a trailing separator: whole folders only
@@ -51,8 +33,12 @@ _LIBRARY_DIRS = tuple(
         Path(__file__).parents[1],  # the mha_course package
     }
 )
+_LIBRARIES = ("torch", "mha_course")  # a class of theirs is no subclass to blame
 _LOADS = {"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLOSURE"}
 _ATTRIBUTES = {"LOAD_ATTR", "LOAD_METHOD"}
+_READ = (types.FunctionType, type, functools.partial)  # what may hold the learner's functions
+_NO_DATA = (types.ModuleType, type, types.FunctionType, types.MethodType, functools.partial)
+_NO_DATA += (types.BuiltinFunctionType, types.BuiltinMethodType, type(None))  # code, or unknown
 
 
 @functools.lru_cache(maxsize=512)
@@ -146,10 +132,7 @@ def _uses(candidate, stop_at: frozenset[str] = frozenset()) -> Iterator[tuple[st
                     chain = _value(function, code, ins.argval, ins.opname)
                     found = Found(ins.argval, chain, code.co_filename, line)
                     yield "name", found, ins.opname == "LOAD_GLOBAL"
-                    if (
-                        isinstance(chain, (types.FunctionType, type, functools.partial))
-                        and ins.argval not in stop_at
-                    ):
+                    if isinstance(chain, _READ) and ins.argval not in stop_at:
                         queue.extend(_functions_of(chain))
                 elif ins.opname in _ATTRIBUTES:
                     known = isinstance(chain, (types.ModuleType, type))
@@ -182,9 +165,9 @@ class Helper:
 
     def raised(self, error: BaseException) -> bool:
         """Whether ``error`` was raised in this helper's own code (its innermost learner frame)."""
-        code = innermost_learner_code(error)
-        return code is not None and any(
-            code in set(_codes(f.__code__)) for f in _functions_of(self.value)
+        codes = _learner_codes(error)
+        return bool(codes) and any(
+            codes[-1][0] in set(_codes(f.__code__)) for f in _functions_of(self.value)
         )
 
 
@@ -213,10 +196,7 @@ def library_call(candidate, routines: dict[str, object]) -> Found | None:
     or a subclass of one. Found.name is the description."""
     if not routines:
         return None
-    if isinstance(candidate, type) and candidate.__module__.split(".")[0] not in (
-        "torch",
-        "mha_course",
-    ):
+    if isinstance(candidate, type) and candidate.__module__.split(".")[0] not in _LIBRARIES:
         for what, obj in routines.items():
             if isinstance(obj, type) and issubclass(candidate, obj):
                 return Found(what, obj, "", None)
@@ -232,28 +212,13 @@ def library_call(candidate, routines: dict[str, object]) -> Found | None:
     return None
 
 
-def _is_code(value) -> bool:
-    return value is None or isinstance(
-        value,
-        (
-            types.ModuleType,
-            type,
-            types.FunctionType,
-            types.BuiltinFunctionType,
-            types.MethodType,
-            types.BuiltinMethodType,
-            functools.partial,
-        ),
-    )
-
-
 def notebook_variable(candidate) -> Found | None:
     """The first global name the learner's code uses that holds data (a number, a tensor, ...)
     and is not defined in the code's own cell or file."""
     if not is_learner_code(candidate):
         return None
     for kind, found, is_global in _uses(candidate):
-        if kind != "name" or not is_global or _is_code(found.value):
+        if kind != "name" or not is_global or isinstance(found.value, _NO_DATA):
             continue
         defined = _defined_names(found.filename)
         if defined is not None and found.name not in defined:
@@ -353,27 +318,16 @@ def source_line(filename: str, lineno: int | None) -> str:
     return linecache.getline(filename, lineno).strip() if lineno else ""
 
 
-def innermost_learner_code(error: BaseException) -> types.CodeType | None:
-    """The code object of the innermost frame of the learner's code in ``error``'s traceback."""
-    code, tb = None, error.__traceback__
-    while tb is not None:
-        if is_learner_file(tb.tb_frame.f_code.co_filename):
-            code = tb.tb_frame.f_code
-        tb = tb.tb_next
-    return code
+def _learner_codes(error: BaseException) -> list[tuple[types.CodeType, int]]:
+    """(code, line) of each frame of the learner's code in ``error``'s traceback, outermost first."""
+    walk = traceback.walk_tb(error.__traceback__)
+    return [(f.f_code, line) for f, line in walk if is_learner_file(f.f_code.co_filename)]
 
 
 def learner_frames(error: BaseException) -> list[tuple[str, int, str]]:
     """(file, line, function) of each frame of the learner's code in ``error``'s traceback,
     outermost first; the checker's and the libraries' frames are left out."""
-    frames = []
-    tb = error.__traceback__
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if is_learner_file(code.co_filename):
-            frames.append((code.co_filename, tb.tb_lineno, code.co_name))
-        tb = tb.tb_next
-    return frames
+    return [(code.co_filename, line, code.co_name) for code, line in _learner_codes(error)]
 
 
 def frame_lines(error: BaseException, keep: int = 2) -> list[str]:

@@ -1,20 +1,11 @@
-"""The registry of the course's exercises, filled by the checker modules themselves.
-
-An exercise lives in two places: its solution cell (``# exercise: <name>`` in its lesson's
-solution notebook) and its checker module, which declares it with :func:`~._core.exercise`:
-its name, lesson, reference and points. Everything else (``mha_course.exercises``, the
-learner's progress, the grader, the nbgrader and otter exports, the authoring statistics) reads
-this list.
-
-This module holds data only and imports nothing of the course, so that anything may read it.
-"""
+"""The registry of the course's exercises, filled by the checker modules' declarations
+(:func:`~._core.exercise`) and read by everything else: ``mha_course.exercises``, progress, the
+grader, the exports, the statistics. Data only: it imports nothing of the course."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-__all__ = ["Exercise", "REGISTRY", "register", "find"]
 
 
 @dataclass(frozen=True)
@@ -31,8 +22,7 @@ class Exercise:
         return f"{self.check.__name__}({self.name})"
 
 
-REGISTRY: list[Exercise] = []
-"""Every exercise, in the order their lessons' checker modules declare them."""
+REGISTRY: list[Exercise] = []  # every exercise, in the order the lessons' modules declare them
 
 
 def register(entry: Exercise) -> None:

@@ -1,30 +1,14 @@
-"""The one loop every checker runs: a table of cases, each called, its result held to the
-reference's, and the classic mistakes run on the same inputs to name the cause.
+"""The one loop every checker runs (:func:`run`): for each :class:`Case` of a :class:`Table`,
 
-A checker is mostly data:
+1. call the answer (``table.call``, or a plain call on copies of the inputs); a crash is named by
+   the classic mistake that crashes the same way, else by ``table.crash``;
+2. run the reference on float64 copies of the inputs (``double``) and ``table.shape_checks``;
+3. hold each :class:`Out` of the result to the reference's (type, shape, dtype, values, to
+   ``atol``/``rtol``); a wrong one is explained by the first classic :class:`Mistake` that gives
+   the same values, else by ``Out.cause``, else ``Out.fallback``.
 
-    SOFTMAX = Table(
-        cases=softmax_cases,               # () -> Case(name, args, kwargs), ...
-        reference=lambda s: s.softmax(-1),  # same call as the answer; runs in float64
-        mistakes=[Mistake(...), ...],       # classic wrong answers, same call
-        outputs=[Out("the weights")],       # what is compared, in order
-    )
-
-For each case, :func:`run`
-
-1. calls the answer (``table.call(candidate, case)``, by default ``candidate(*args, **kwargs)`` on
-   copies of the inputs); a crash is named by the classic mistake that crashes the same way, or
-   by ``table.crash``;
-2. runs the reference on float64 copies of the inputs (float32 answers are compared to the
-   tolerance ``atol``/``rtol``);
-3. runs ``table.shape_checks`` (order of a pair, a tuple where one was expected, ...);
-4. holds each :class:`Out` of the answer's result to the reference's: its type, shape, dtype
-   (bool outputs, or ``Out(dtype=True)``) and values; a wrong one is explained by the first
-   classic mistake that gives the same values, else by ``Out.cause``, else ``Out.fallback``.
-
-A hint (``crash``, ``shape_hint``, ``cause``, ``fallback``) is a text or a function
-``hint(got, case) -> text or None`` (for ``crash``, ``got`` is the error raised); every text names the cause and where to look, never the
-corrected line of code (tests/test_checker_messages.py holds every message to that).
+A hint (``crash``, ``shape_hint``, ``cause``, ``fallback``) is a text or ``hint(got, case)``
+(for ``crash``, ``got`` is the error); it names the cause, never the corrected line of code.
 """
 
 from __future__ import annotations
@@ -39,14 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 from .._validate import shape_str
 from ._calls import call_candidate
-from ._failure import (
-    ExerciseFailure,
-    close,
-    differ,
-    not_a_tensor,
-    require_dtype,
-    require_shape,
-)
+from ._failure import ExerciseFailure, close, differ, not_a_tensor, require_dtype, require_shape
 
 Hint = str | Callable[..., str | None] | None
 
@@ -117,9 +94,9 @@ def run(candidate, table: Table, name: str = "answer") -> int:
     __tracebackhide__ = True  # noqa: F841
     n = 0
     for case in table.cases():
+        n += 1
         if case.raises:
             require_value_error(candidate, case, name)
-            n += 1
             continue
         mistakes = table.mistakes_for(case)
         if table.call is None:
@@ -133,14 +110,29 @@ def run(candidate, table: Table, name: str = "answer") -> int:
             shape_check(case, got, expected)
         for out in table.outputs:
             _hold(case, out, got, expected, mistakes, (args, kwargs), table)
-        n += 1
     return n
 
 
-def _inputs(case: Case, double: bool) -> tuple[tuple, dict]:
-    if not double:
-        return _clones(case.args), {k: _clone(v) for k, v in case.kwargs.items()}
-    return in_double(case.args), {k: _double(v) for k, v in case.kwargs.items()}
+def _copy(x, double: bool = False):
+    """A copy of an input: a tensor cloned (with ``double``, a float one in float64)."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    return x.detach().double() if double and x.is_floating_point() else x.clone()
+
+
+def _inputs(case: Case, double: bool = False) -> tuple[tuple, dict]:
+    """Copies of the case's inputs (see :func:`_copy`)."""
+    args = tuple(_copy(a, double) for a in case.args)
+    return args, {k: _copy(v, double) for k, v in case.kwargs.items()}
+
+
+def _attempt(mistake: Mistake, *args, **kwargs):
+    """What ``mistake`` gives, or None: one that cannot run on these inputs cannot be the cause."""
+    try:
+        with torch.no_grad():
+            return mistake.run(*args, **kwargs)
+    except Exception:
+        return None
 
 
 def _hold(case: Case, out: Out, got, expected, mistakes, inputs, table: Table) -> None:
@@ -149,20 +141,22 @@ def _hold(case: Case, out: Out, got, expected, mistakes, inputs, table: Table) -
     e = out.of(expected)
     if e is None:  # the reference gives no such part on this case: nothing to hold
         return
-    g = out.of(got)
+    g, (args, kwargs) = out.of(got), inputs
     atol, rtol = out.atol or table.atol, out.rtol or table.rtol
+    picked = [  # the mistakes as functions of the case's positional inputs, giving out's part
+        Mistake(m.name, lambda *a, m=m: out.of(m.run(*a, **kwargs)), m.explanation)
+        for m in mistakes
+    ]
     if isinstance(e, int) and not isinstance(e, bool):
-        args, kwargs = inputs
         cause = _hint(out.cause, g, case) or _hint(out.fallback, g, case)
-        require_count(case.name, out.what, g, e, _picked(mistakes, out, kwargs), args, cause)
+        require_count(case.name, out.what, g, e, picked, args, cause)
         return
     if not isinstance(g, torch.Tensor):
         raise not_a_tensor(case.name, out.what, g)
-    args, kwargs = inputs
     dtype_ok = g.dtype == e.dtype or not (out.dtype or e.dtype == torch.bool)
     if g.shape == e.shape and dtype_ok and close(g, e, atol, rtol):
         return
-    cause = _diagnose(_picked(mistakes, out, kwargs), g, e, args, atol, rtol)
+    cause = _diagnose(picked, g, e, args, atol, rtol)
     require_shape(case.name, out.what, g, e.shape, cause or _hint(out.shape_hint, g, case))
     if e.dtype == torch.bool or (out.dtype and g.dtype != e.dtype):
         require_dtype(case.name, out.what, g, e, cause or _hint(out.fallback, g, case))
@@ -175,24 +169,12 @@ def _diagnose(mistakes: Sequence[Mistake], got, expected, args, atol, rtol) -> s
     """The explanation of the first classic mistake that gives what the answer gave (and, on
     these inputs, not what the reference gives: there it is no mistake)."""
     for mistake in mistakes:
-        try:
-            with torch.no_grad():
-                wrong = mistake.run(*args)
-        except Exception:  # a mistake that cannot run on these inputs cannot be the cause
-            continue
+        wrong = _attempt(mistake, *args)
         if not isinstance(wrong, torch.Tensor) or close(wrong, expected, atol, rtol):
             continue
         if close(got, wrong, atol, rtol, equal_nan=True):
             return mistake.explanation
     return None
-
-
-def _picked(mistakes: Sequence[Mistake], out: Out, kwargs: dict) -> list[Mistake]:
-    """The mistakes as functions of the case's positional inputs, giving ``out``'s part."""
-    return [
-        Mistake(m.name, lambda *a, m=m: out.of(m.run(*a, **kwargs)), m.explanation)
-        for m in mistakes
-    ]
 
 
 def _hint(hint: Hint, got, case: Case) -> str:
@@ -235,8 +217,9 @@ def pair(first: str, second: str) -> Callable:
 def require_value_error(candidate, case: Case, name: str = "answer") -> None:
     """The answer must raise ValueError on the case's bad input, naming one of ``case.raises``."""
     __tracebackhide__ = True  # noqa: F841
+    args, kwargs = _inputs(case)
     try:
-        call_candidate(candidate, case.name, *_clones(case.args), **case.kwargs)
+        call_candidate(candidate, case.name, *args, **kwargs)
     except ExerciseFailure as failure:
         error = failure.raised
         if error is None:
@@ -259,28 +242,6 @@ def require_value_error(candidate, case: Case, name: str = "answer") -> None:
     )
 
 
-# ---------------------------------------------------------------- inputs
-
-
-def _clone(x):
-    return x.clone() if isinstance(x, torch.Tensor) else x
-
-
-def _clones(args: Sequence) -> tuple:
-    return tuple(_clone(a) for a in args)
-
-
-def _double(x):
-    if isinstance(x, torch.Tensor) and x.is_floating_point():
-        return x.detach().double()
-    return _clone(x)
-
-
-def in_double(args: Sequence) -> tuple:
-    """Copies of ``args``, every float tensor in float64."""
-    return tuple(_double(a) for a in args)
-
-
 def seeded_randn(seed: int, dtype=torch.float32) -> Callable[..., torch.Tensor]:
     """``randn(*shape)`` from a generator of its own: a checker's cases are the same on every
     run, and the learner's random stream is left alone."""
@@ -293,30 +254,15 @@ def reverse_axes(t: torch.Tensor) -> torch.Tensor:
     return t.permute(*reversed(range(t.dim())))
 
 
-# ---------------------------------------------------------------- calling the answer
-
-
-def _crash_cause(error: BaseException, mistakes: Sequence[Mistake], case: Case) -> str | None:
-    """The explanation of the first mistake that crashes on the case exactly as the answer did."""
-    for mistake in mistakes:
-        try:
-            with torch.no_grad():
-                mistake.run(*_clones(case.args), **{k: _clone(v) for k, v in case.kwargs.items()})
-        except Exception as other:
-            if type(other) is type(error) and str(other) == str(error):
-                return mistake.explanation
-    return None
-
-
 def call_diagnosed(candidate: Callable, case: Case, mistakes: Sequence[Mistake] = (), crash=""):
     """``candidate(*args, **kwargs)`` on copies of the case's inputs; a crash names the classic
     mistake that crashes the same way, else ``crash`` (a text, or ``crash(error, case)``: the
     likely cause of that error, or None)."""
     __tracebackhide__ = True  # noqa: F841
-    kwargs = {k: _clone(v) for k, v in case.kwargs.items()}
+    args, kwargs = _inputs(case)
     try:
         hint = "" if callable(crash) else crash
-        return call_candidate(candidate, case.name, *_clones(case.args), crash_hint=hint, **kwargs)
+        return call_candidate(candidate, case.name, *args, crash_hint=hint, **kwargs)
     except ExerciseFailure as failure:
         error = failure.raised
         if error is None:
@@ -327,6 +273,19 @@ def call_diagnosed(candidate: Callable, case: Case, mistakes: Sequence[Mistake] 
         if cause is None:
             raise
         raise failure.with_cause(cause) from error
+
+
+def _crash_cause(error: BaseException, mistakes: Sequence[Mistake], case: Case) -> str | None:
+    """The explanation of the first mistake that crashes on the case exactly as the answer did."""
+    for mistake in mistakes:
+        args, kwargs = _inputs(case)
+        try:
+            with torch.no_grad():
+                mistake.run(*args, **kwargs)
+        except Exception as other:
+            if type(other) is type(error) and str(other) == str(error):
+                return mistake.explanation
+    return None
 
 
 class _Shapes(TorchFunctionMode):
@@ -348,7 +307,7 @@ def builds(candidate, case: str, args, last_two: tuple[int, int], crash_hint: st
     """Whether ``candidate(*args, **kwargs)`` makes a tensor whose last two axes are ``last_two``
     (the (L, S) scores that an answer working in blocks must never hold, say)."""
     with _Shapes() as seen:
-        call_candidate(candidate, case, *_clones(args), crash_hint=crash_hint, **kwargs)
+        call_candidate(candidate, case, *map(_copy, args), crash_hint=crash_hint, **kwargs)
     return any(shape[-2:] == tuple(last_two) for shape in seen.shapes)
 
 
@@ -379,23 +338,17 @@ def copy_weight_and_bias(part, weight, bias, case: str, where: str, made: str) -
     with torch.no_grad():
         for name, value in (("weight", weight), ("bias", bias)):
             target = getattr(part, name, None)
+            if (value is None) == isinstance(target, torch.Tensor):
+                has = "has a" if value is None else "has no"
+                raise ExerciseFailure(f"Case {case!r}: {where} {has} {name}; it should be {made}.")
             if value is None:
-                if isinstance(target, torch.Tensor):
-                    raise ExerciseFailure(
-                        f"Case {case!r}: {where} has a {name}; it should be {made}."
-                    )
                 continue
-            if not isinstance(target, torch.Tensor):
-                raise ExerciseFailure(f"Case {case!r}: {where} has no {name}; it should be {made}.")
             if target.shape != value.shape:
                 raise ExerciseFailure(
                     f"Case {case!r}: {where}.{name} has shape {shape_str(target.shape)}, "
                     f"expected {shape_str(value.shape)}: {where} should be {made}."
                 )
             target.copy_(value)
-
-
-# ---------------------------------------------------------------- holding a result
 
 
 def require_tensor(
@@ -429,16 +382,9 @@ def require_count(case: str, what: str, got, expected: int, mistakes, args, caus
         )
     if got == expected:
         return
-    cause = next((m.explanation for m in mistakes if _runs_to(m, args) == got), cause)
+    cause = next((m.explanation for m in mistakes if _attempt(m, *args) == got), cause)
     ratio = f" ({got / expected:.3g} × the reference)" if expected else ""
     raise ExerciseFailure(
         f"Case {case!r}: {what} differ from the reference.\n  expected {expected:,}\n"
         f"  got      {got:,}{ratio}" + (f"\nLikely cause: {cause}" if cause else "")
     )
-
-
-def _runs_to(mistake: Mistake, args: Sequence):
-    try:
-        return mistake.run(*args)
-    except Exception:  # a mistake that cannot run on these inputs cannot be the cause
-        return None

@@ -1,8 +1,5 @@
-"""Whether an answer is used, and if not, why, in one line: what the lessons print when they
-fall back on the reference, what ``python -m mha_course progress`` and the grader report.
-
-:func:`evaluate` runs an answer through its exercise's checker quietly and returns a
-:class:`Verdict`."""
+"""Whether an answer is used, and if not, why, in one line (:func:`evaluate`): what the lessons
+print when they fall back on the reference, what ``progress`` and the grader report."""
 
 from __future__ import annotations
 
@@ -11,8 +8,6 @@ from pathlib import Path
 
 from ._failure import CellDidNotRun, ExerciseFailure, NotDoneYet, error_line
 from ._registry import REGISTRY, Exercise
-
-__all__ = ["Verdict", "evaluate", "evaluate_file", "exercise_of"]
 
 
 @dataclass(frozen=True)
@@ -59,9 +54,9 @@ def evaluate(check_or_exercise, candidate, *, cell: bool = True) -> Verdict:
     except CellDidNotRun as failure:
         return Verdict(exercise, "did not run", str(failure).split("\n")[0])
     except ExerciseFailure as failure:
-        if failure.raised is not None:
-            return Verdict(exercise, f"raises {type(failure.raised).__name__}", failure.short())
-        return Verdict(exercise, "fails its check", failure.short())
+        raised = failure.raised
+        status = "fails its check" if raised is None else f"raises {type(raised).__name__}"
+        return Verdict(exercise, status, failure.short())
     return Verdict(exercise, "yours")
 
 

@@ -1,18 +1,10 @@
-"""The classic mistakes that recur from exercise to exercise, built once.
-
-Attention is the same computation in lessons 01 to 09: scores Q Kᵀ, a scale, a mask, a softmax
-over the keys, a weighted sum of the values. :func:`attention` computes it right, or with one
-*flaw* switched on (its name, a key of :data:`ATTENTION`); an exercise whose answer runs
-attention inside (self-attention, multi-head attention, a KV cache, grouped queries) writes its
-reference once with a ``flaw`` argument handed down to :func:`attention`, and
-:func:`mistakes` turns it into the classic wrong answers with their explanations.
-
-The other families are the same idea for their steps: the heads' split and merge
-(:data:`HEADS`), causal masks (:data:`CAUSAL`), LayerNorm (:data:`NORM`), a sub-layer's residual
-and LayerNorm, post-LN or pre-LN (:data:`RESIDUAL`), state kept between sequences (:data:`STATE`).
-
-Every explanation names the cause and where to look, in the lesson's words (Q Kᵀ, d_k, the
-keys' axis), never the corrected line of code.
+"""The classic mistakes that recur from exercise to exercise, built once: each family is a
+computation with one *flaw* switched on by name (:func:`attention` with a key of
+:data:`ATTENTION`, :data:`MASK` or :data:`FLOAT_MASK`; :func:`causal`, :func:`split_heads`,
+:func:`merge_heads`, :func:`layer_norm`, :func:`residual`) and the flaw's explanation, in the
+lesson's words, never the corrected line. An exercise writes its reference once with a ``flaw``
+argument handed down to these; :func:`mistakes` (or :func:`flawed`) turns it into the classic
+wrong answers.
 """
 
 from __future__ import annotations
@@ -25,28 +17,11 @@ import torch
 
 from ._core import Mistake
 
-__all__ = [
-    "ATTENTION",
-    "MASK",
-    "FLOAT_MASK",
-    "CAUSAL",
-    "HEADS",
-    "NORM",
-    "STATE",
-    "RESIDUAL",
-    "POST_LN",
-    "PRE_LN",
-    "attention",
-    "causal",
-    "split_heads",
-    "merge_heads",
-    "layer_norm",
-    "residual",
-    "mistakes",
-    "flawed",
-]
+__all__ = ["ATTENTION", "MASK", "FLOAT_MASK", "CAUSAL", "HEADS", "NORM", "STATE", "RESIDUAL"]
+__all__ += ["POST_LN", "PRE_LN", "attention", "causal", "split_heads", "merge_heads"]
+__all__ += ["layer_norm", "residual", "mistakes", "flawed"]
 
-ATTENTION = {
+ATTENTION = {  # flaws of the attention formula itself
     "no scale": "the scores are not scaled: between Q Kᵀ and the softmax they are multiplied by "
     "1/√d_k, d_k being the size of one query (and key) vector.",
     "divided by d_k": "the scores are divided by d_k itself; the scale is one over its square "
@@ -66,9 +41,8 @@ ATTENTION = {
     "the keys.",
     "keys as values": "the output mixes the keys; attention mixes the values with the weights.",
 }
-"""Flaws of the attention formula itself."""
 
-MASK = {
+MASK = {  # flaws of a bool mask in the "may attend" convention (True = may attend)
     "mask ignored": "the mask has no effect: your weights are the ones you get without it. "
     "Blocked keys must be taken out before the softmax.",
     "mask inverted": "the mask is inverted: here True means the query MAY attend to that key, and "
@@ -86,9 +60,8 @@ MASK = {
     "blocked scores were filled with a large finite number instead of one whose exponential is "
     "0. Such a query gets weights of 0.",
 }
-"""Flaws of a bool mask in the "may attend" convention (True = may attend)."""
 
-FLOAT_MASK = {
+FLOAT_MASK = {  # flaws of a float mask, added to the scores
     "float mask ignored": "the float mask has no effect: your weights are the ones you get "
     "without it. A float mask is added to the scores (0: no change, -inf: blocked, any other "
     "number: a bias); read as a bool one, a mask with no 0 in it blocks nothing.",
@@ -105,9 +78,8 @@ FLOAT_MASK = {
     "by 1/√d_k, so it is scaled down too: it is added to the scaled scores, softmax(Q Kᵀ / √d_k "
     "+ M).",
 }
-"""Flaws of a float mask, the one added to the scores."""
 
-CAUSAL = {
+CAUSAL = {  # flaws of a causal mask: which triangle, where its diagonal is
     "causal without the diagonal": "your causal mask leaves out the diagonal: a query may attend "
     "to itself, keys j ≤ i.",
     "causal upper triangle": "your causal mask keeps the future: query i sees the keys at or "
@@ -121,9 +93,8 @@ CAUSAL = {
     "also sees the key just after its own position. A query sees the keys up to its own "
     "position, and not one further.",
 }
-"""Flaws of a causal mask: which triangle, where its diagonal is."""
 
-HEADS = {
+HEADS = {  # flaws of the heads' split (b l (h d) -> b h l d) and merge (back)
     "split without transpose": "the heads are split by reading (B, L, E) straight as "
     "(B, H, L, D): that shuffles numbers between tokens instead of giving each head D features "
     "of every token. The head axis comes out of the feature axis first, and only then moves in "
@@ -132,9 +103,8 @@ HEADS = {
     "(B, L, H·D): that mixes tokens. The length axis must be back next to the batch before the "
     "heads' features are joined.",
 }
-"""Flaws of the heads' split ('b l (h d) -> b h l d') and merge (back)."""
 
-NORM = {
+NORM = {  # flaws of LayerNorm
     "unbiased variance": "the variance divides by n − 1 (the unbiased estimate); LayerNorm's "
     "divides by n, the number of features.",
     "no eps": "eps is missing: it is added to the variance, inside the square root, so that a "
@@ -146,17 +116,15 @@ NORM = {
     "no weight and bias": "the normalised values are returned as they are: LayerNorm then scales "
     "them by its weight and shifts them by its bias.",
 }
-"""Flaws of LayerNorm."""
 
-STATE = {
+STATE = {  # flaws of something that keeps a state from call to call (a KV cache)
     "state not reset": "what was kept from the previous sequence is still there: a new object "
     "started where the last one stopped, so its state lives outside the object (on its class, "
     "on a module it wraps, in a global). A new sequence starts from an empty state, kept on the "
     "object itself.",
 }
-"""Flaws of something that keeps a state from call to call (a KV cache)."""
 
-RESIDUAL = {
+RESIDUAL = {  # flaws of a sub-layer wrapped with its residual and LayerNorm
     "pre-LN": "that is pre-LN, x + Sublayer(LayerNorm(x)); post-LN (the paper's add & norm) adds "
     "first and normalises the sum: LayerNorm(x + Sublayer(x)).",
     "post-LN": "that is post-LN, LayerNorm(x + Sublayer(x)); pre-LN normalises only the "
@@ -175,7 +143,6 @@ RESIDUAL = {
     "norm of x alone": "x alone is normalised, then added; the norm goes around the sum, "
     "LayerNorm(x + Sublayer(x)).",
 }
-"""Flaws of a sub-layer wrapped with its residual and LayerNorm."""
 POST_LN = ["pre-LN", "no residual", "norm on the sub-layer's output", "norm twice"]
 POST_LN += ["sub-layer twice", "norm of x alone", "no norm"]  # what a post-LN one can have
 PRE_LN = ["post-LN", "residual from the norm", "no residual", "norm on the sum too"]
@@ -189,18 +156,14 @@ def mistakes(run: Callable[[str], Callable], flaws: Iterable[str], **texts: str)
     on (same call as the answer); the explanations are the family's, or ``texts[flaw]`` where
     the exercise words it better, or names a flaw of its own (keys with spaces: pass a dict
     with ``**``)."""
-    return [
-        Mistake(flaw, run(flaw), texts[flaw] if flaw in texts else _FLAWS[flaw]) for flaw in flaws
-    ]
+    explanations = {**_FLAWS, **texts}
+    return [Mistake(flaw, run(flaw), explanations[flaw]) for flaw in flaws]
 
 
 def flawed(reference: Callable, flaws: Iterable[str], **texts: str) -> list[Mistake]:
     """:func:`mistakes` of a ``reference`` that takes its flaw as the keyword ``flaw`` (the
     mistakes are called as the answer is)."""
     return mistakes(lambda flaw: functools.partial(reference, flaw=flaw), flaws, **texts)
-
-
-# ---------------------------------------------------------------- the computations, with flaws
 
 
 def causal(L: int, S: int, flaw: str = "", device=None, *, offset: int = 0) -> torch.Tensor:
@@ -296,10 +259,8 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, flaw: str = ""):
     mean = x.mean(dim=axis, keepdim=True)
     var = x.var(dim=axis, keepdim=True, unbiased=flaw == "unbiased variance")
     eps = 0.0 if flaw == "no eps" else eps
-    if flaw == "eps outside the root":
-        normed = (x - mean) / (var.sqrt() + eps)
-    else:
-        normed = (x - mean) / (var + eps).sqrt()
+    std = var.sqrt() + eps if flaw == "eps outside the root" else (var + eps).sqrt()
+    normed = (x - mean) / std
     if flaw == "no weight and bias" or weight is None:
         return normed
     return normed * weight + bias
