@@ -4,7 +4,6 @@ torch.nn.TransformerEncoderLayer and held to it, its masks (True = may attend) t
 from __future__ import annotations
 
 import dataclasses
-import inspect
 
 import torch
 import torch.nn.functional as F
@@ -15,6 +14,7 @@ from . import families
 from ._core import call_candidate, exercise
 from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, build_module, copy_weight_and_bias, run, seeded_randn
+from .l01_attention import accepts
 
 
 class EncoderLayer(nn.Module):
@@ -278,11 +278,7 @@ def check_encoder_layer(candidate) -> int:
     """Check ``candidate(d_model, nhead, dim_feedforward, dropout=0.0, norm_first=False)`` against
     torch.nn.TransformerEncoderLayer with the same weights: post-LN, and pre-LN too when its
     signature takes ``norm_first`` (the older skeleton did not)."""
-    try:
-        parameters = inspect.signature(candidate).parameters.values()
-    except (TypeError, ValueError):  # no signature to read: check post-LN only
-        parameters = ()
-    pre_ln = any(p.name == "norm_first" or p.kind is p.VAR_KEYWORD for p in parameters)
+    pre_ln = accepts(candidate, "norm_first")
     cases = lambda: (c for c in _layer_cases() if pre_ln or not c.args[2].norm_first)  # noqa: E731
     return run(candidate, dataclasses.replace(ENCODER_LAYER, cases=cases), "EncoderLayer")
 

@@ -3,7 +3,6 @@ attention one block of keys at a time with the online softmax. Both references a
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import replace
 from functools import partial
@@ -15,7 +14,7 @@ from . import families
 from ._core import Mistake, exercise
 from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, builds, call_diagnosed, pair, run, seeded_randn
-from .l01_attention import ATTENTION_ROUTINES
+from .l01_attention import ATTENTION_ROUTINES, accepts
 
 # ---------------------------------------------------------------- attention_cost
 
@@ -362,15 +361,6 @@ BLOCKS = Table(
 )
 
 
-def _accepts(candidate, name: str) -> bool:
-    """Whether the answer takes the keyword ``name`` (an older four-argument answer does not)."""
-    try:
-        parameters = inspect.signature(candidate).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in parameters)
-
-
 _REFERENCE = "the course's reference (mha_course.reference)"
 
 
@@ -385,7 +375,7 @@ _REFERENCE = "the course's reference (mha_course.reference)"
 def check_attention_in_blocks(candidate) -> int:
     """Check ``candidate(q, k, v, block_size) -> (..., L, Dv)`` on the cases of :data:`BLOCKS`,
     with ``is_causal=True`` and ``return_lse=True`` too where its signature takes them."""
-    flags = {name for name in ("is_causal", "return_lse") if _accepts(candidate, name)}
+    flags = {name for name in ("is_causal", "return_lse") if accepts(candidate, name)}
     cases = [case for case in _block_cases() if set(case.kwargs) <= flags]
     return run(candidate, replace(BLOCKS, cases=lambda: cases), "attention_in_blocks")
 
