@@ -129,8 +129,6 @@ class Checker:
             raise ExerciseFailure("\n".join([head, *found.lines(), why]))
 
 
-# ---------------------------------------------------------------- answers that use other answers
-
 _BEING_CHECKED: set[str] = set()  # the exercises whose helpers are being checked (no cycles)
 _PROBLEMS = {
     "not done yet": "which is not done yet",

@@ -105,9 +105,6 @@ def error_line(error: BaseException) -> str:
     return _error_text(error) + at
 
 
-# ---------------------------------------------------------------- how a wrong result shows
-
-
 def close(got, expected, atol: float, rtol: float, equal_nan: bool = False) -> bool:
     """``got`` is a tensor of ``expected``'s shape and values, to the tolerance (in float64)."""
     if not isinstance(got, torch.Tensor) or got.shape != expected.shape:

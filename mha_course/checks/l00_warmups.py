@@ -10,8 +10,6 @@ from . import families
 from ._core import exercise
 from ._table import Case, Out, Table, pair, reverse_axes, seeded_randn
 
-# ---------------------------------------------------------------- softmax
-
 
 def _softmax_cases():
     randn, inf = seeded_randn(0), float("-inf")
@@ -78,9 +76,6 @@ SOFTMAX = Table(
 )
 todo = "Replace `raise NotImplementedError` with your softmax over the last axis."
 check_softmax = exercise("softmax", "00", reference=SOFTMAX.reference, todo=todo, table=SOFTMAX)
-
-
-# ---------------------------------------------------------------- soft_lookup
 
 
 def soft_lookup(query, keys, values, temperature=1.0):

@@ -21,8 +21,6 @@ from .l01_scores import _ONLY_THE_LAST_TWO, scale_hint
 __all__ = ["ATTENTION_ROUTINES", "accepts", "call_attention", "mask_hint", "weights_cause"]
 _TODO = "Replace `raise NotImplementedError` with your code: "
 
-# ---------------------------------------------------------------- scaled_dot_product_attention
-
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
     """The reference: ``(output, weights)`` of softmax(Q Kᵀ · scale + M) V, the course's own
@@ -255,9 +253,6 @@ def check_scaled_dot_product_attention(candidate) -> int:
         return n
     whole = functools.partial(_full_cases, accepts(candidate, "is_causal"))
     return n + run(candidate, dataclasses.replace(SDPA, cases=whole), candidate.__name__)
-
-
-# ---------------------------------------------------------------- SelfAttention
 
 
 class SelfAttention(torch.nn.Module):

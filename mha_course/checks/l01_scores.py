@@ -13,8 +13,6 @@ from ._table import Case, Out, Table, reverse_axes, seeded_randn
 
 __all__ = ["check_attention_scores", "check_may_attend_mask", "may_attend_mask", "scale_hint"]
 
-# ---------------------------------------------------------------- attention_scores
-
 
 def _scores(flaw=""):
     """The scores Q Kᵀ / √d_k, or with ``flaw``."""
@@ -97,8 +95,6 @@ todo = "Replace `raise NotImplementedError` with the scores, scaled to a varianc
 check_attention_scores = exercise(
     "attention_scores", "01", reference=attention_scores, todo=todo, table=SCORES
 )
-
-# ---------------------------------------------------------------- may_attend_mask
 
 
 def _may_attend(flaw=""):

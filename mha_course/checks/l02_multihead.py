@@ -263,9 +263,6 @@ def check_multi_head_attention(candidate) -> int:
     return n
 
 
-# ---------------------------------------------------------------- load_torch_weights
-
-
 def load_torch_weights(module, torch_mha):
     """The reference: torch's W^Q, W^K, W^V (in_proj_weight and in_proj_bias, three blocks of rows)
     and W^O copied into ``module``'s four Linears; ``module`` comes back."""

@@ -188,9 +188,6 @@ check_residual_block = exercise(
 )
 
 
-# ---------------------------------------------------------------- gradient_norms
-
-
 def gradient_norms(blocks, x, target, *, flaw=""):
     """The reference: for F.mse_loss(the last block's output, target), the norm of the gradient at
     each block's input, a list of len(blocks) floats; ``flaw``: a mistake of :data:`_NORMS_WHY`."""

@@ -228,9 +228,6 @@ check_encoder_model = exercise(
 )
 
 
-# ---------------------------------------------------------------- train_step
-
-
 def train_step(model, optimizer, tokens, targets, padding, max_norm=1.0, *, flaw=""):
     """The reference: one step of training ``model(tokens, padding) -> scores (B, L, V)``: the mean
     cross-entropy over the real positions, gradients clipped to a total norm of ``max_norm``, one

@@ -16,8 +16,6 @@ from ._core import Mistake, exercise
 from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, call_diagnosed, require_tensor
 
-# ---------------------------------------------------------------- embed_sentences
-
 
 class SmallMiniLM(pretrained.MiniLM):
     """The checker's model: a small random MiniLM with the real tokenizer, and no ``encode``."""
@@ -116,8 +114,6 @@ check_embed_sentences = exercise(
     todo="Replace `raise NotImplementedError` with the steps to normalised mean vectors.",
     table=EMBED,
 )
-
-# ---------------------------------------------------------------- head_ablation
 
 
 @functools.lru_cache(maxsize=4)

@@ -16,8 +16,6 @@ from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, builds, call_diagnosed, pair, run, seeded_randn
 from .l01_attention import ATTENTION_ROUTINES, accepts
 
-# ---------------------------------------------------------------- attention_cost
-
 
 def _bytes(B, H, L, S, D, dtype, passes=0, *, out=1, keys=None):
     """Bytes moved: q, k, v (``keys`` of them), ``out`` outputs, ``passes`` over (B, H, L, S)."""
@@ -165,8 +163,6 @@ check_attention_cost = exercise(
     todo="Replace `raise NotImplementedError` with the four counts of attention's cost.",
     table=COST,
 )
-
-# ---------------------------------------------------------------- attention_in_blocks
 
 
 def _blocked(flaw: str, j: int, width: int, L: int, device) -> torch.Tensor:

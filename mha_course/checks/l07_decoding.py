@@ -15,8 +15,6 @@ from ._failure import ExerciseFailure
 from ._table import Case, Out, Table, build_module, pair, seeded_randn
 from .l07_generation import pieces, project, random_attention
 
-# ---------------------------------------------------------------- decode_roofline
-
 
 def decode_roofline(
     num_params, num_layers, kv_width, length, batch_size, bytes_per_number, bandwidth, *, flaw=""
@@ -72,8 +70,6 @@ _ROOFLINE_TABLE = Table(
 check_decode_roofline = exercise(
     "decode_roofline", "07", reference=decode_roofline, todo=_ROOFLINE_TODO, table=_ROOFLINE_TABLE
 )
-
-# ---------------------------------------------------------------- StaticCachedAttention
 
 
 class StaticCachedAttention(nn.Module):
