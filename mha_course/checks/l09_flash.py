@@ -17,7 +17,7 @@ from ..work import TODO
 from . import families
 from ._core import Mistake, NotDoneYet, crashed, exercise
 from ._failure import ExerciseFailure
-from ._table import Case, Out, Table, pair
+from ._table import Case, Out, Table, _crash_cause, pair
 
 BLOCKS = (16, 16)  # the interpreter's tiles: small odd shapes span several, partial ones included
 
@@ -102,16 +102,7 @@ def _in_kernel(name: str, case: Case, call, crash: str, mistakes=()):
             error = error.__cause__  # the learner's own error, inside the interpreter's wrapping
         if isinstance(error, TritonCannotRun):  # the install's fault, not the answer's
             raise NotDoneYet(f"{name} cannot be checked on this machine: {error}.") from None
-        same = (m.explanation for m in mistakes if _raises_like(m, error))
-        raise crashed(case.name, error, next(same, crash)) from error
-
-
-def _raises_like(mistake: Mistake, error: BaseException) -> bool:
-    try:
-        mistake.run()
-    except Exception as other:
-        return type(other) is type(error) and str(other) == str(error)
-    return False
+        raise crashed(case.name, error, _crash_cause(error, mistakes, case) or crash) from error
 
 
 # ---------------------------------------------------------------- attend_tile: the inner step
