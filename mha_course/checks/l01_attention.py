@@ -79,14 +79,12 @@ def call_attention(candidate, case: str, *inputs, mask=None, crash_hint="", scor
     """``candidate(*inputs, attn_mask=mask)`` on copies of the inputs; a crash names its case, and
     ``mask_hint(mask, scores)`` when the answer runs without the mask."""
     hint = mask is not None and mask_hint(mask, scores)
+    crash = hint if hint and mask.is_floating_point() else crash_hint
+    why = hint and f"your code runs without a mask but not with this one: {hint}"
     try:
+        clones = (x.clone() for x in inputs)
         return call_with_mask(
-            candidate,
-            case,
-            *(x.clone() for x in inputs),
-            attn_mask=mask,
-            crash_hint=hint if hint and mask.is_floating_point() else crash_hint,
-            mask_hint=hint and f"your code runs without a mask but not with this one: {hint}",
+            candidate, case, *clones, attn_mask=mask, crash_hint=crash, mask_hint=why
         )
     except ExerciseFailure as failure:
         error = failure.raised
