@@ -146,9 +146,8 @@ def _helpers(exercise: str, candidate) -> list[Helper]:
 
 
 def _helpers_not_done(exercise: str, candidate, error: BaseException) -> NotDoneYet:
-    """NotDoneYet for ``candidate``: plain when its own code is the skeleton, naming the helper
-    when the skeleton that raised is another exercise's that it uses; a checker's own NotDoneYet
-    that says why (it cannot check on this machine) as it is."""
+    """NotDoneYet: plain for ``candidate``'s own skeleton, naming the helper whose skeleton raised,
+    or a checker's own that says why (it cannot check on this machine) as it is."""
     if isinstance(error, NotDoneYet) and str(error):
         return error
     while error is not None and not isinstance(error, NotImplementedError):

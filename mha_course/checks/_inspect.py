@@ -114,10 +114,8 @@ def _value(function: types.FunctionType, code: types.CodeType, name: str, opname
 
 
 def _uses(candidate, stop_at: frozenset[str] = frozenset()) -> Iterator[tuple[str, Found, bool]]:
-    """Every name the learner's code loads, as ``(kind, found, is_global)``; kind is "name" or
-    "attribute". An attribute's value is known when the chain before it is (``torch.nn.functional
-    .scaled_dot_product_attention``). Learner-written functions and classes that the code uses
-    are read too, except those loaded under a name in ``stop_at``."""
+    """Every name (or attribute, its chain known) the learner's code loads, as ``(kind, found,
+    is_global)``, in the learner's functions it uses too but those loaded as a name in ``stop_at``."""
     queue, seen = _functions_of(candidate), set()
     while queue:
         function = queue.pop()
@@ -296,10 +294,8 @@ _RECENT_CELLS = 200  # how far back the history is searched for a cell's number
 
 
 def _cell_number(shell, filename: str) -> int | None:
-    """The execution count of the cell compiled under ``filename`` in IPython 7: from the name
-    IPython gives a cell (``<ipython-input-7-...>``), or, where the kernel names cells by their
-    code (ipykernel 6's temporary files), the latest cell of the history with the code that
-    IPython cached under that name."""
+    """The execution count of the cell compiled as ``filename``: from IPython 7's name for it, or
+    (ipykernel 6's temporary files) the latest cell of the history with the code cached for it."""
     match = _IPYTHON_INPUT.match(filename)
     if match:
         return int(match.group(1))
