@@ -107,12 +107,9 @@ EMBED = Table(
     crash="the hidden states are (N, L, E) and the attention_mask (N, L): the mask needs a last "
     "axis of size 1 to multiply every feature.",
 )
+todo = "Replace `raise NotImplementedError` with the steps to normalised mean vectors."
 check_embed_sentences = exercise(
-    "embed_sentences",
-    "05",
-    reference=pretrained.embed_sentences,
-    todo="Replace `raise NotImplementedError` with the steps to normalised mean vectors.",
-    table=EMBED,
+    "embed_sentences", "05", reference=pretrained.embed_sentences, todo=todo, table=EMBED
 )
 
 

@@ -156,12 +156,9 @@ COST = Table(
     crash="the sizes are ints and dtype a torch.dtype such as torch.float16; its bytes per number "
     "are dtype.itemsize.",
 )
+todo = "Replace `raise NotImplementedError` with the four counts of attention's cost."
 check_attention_cost = exercise(
-    "attention_cost",
-    "06",
-    reference=attention_cost,
-    todo="Replace `raise NotImplementedError` with the four counts of attention's cost.",
-    table=COST,
+    "attention_cost", "06", reference=attention_cost, todo=todo, table=COST
 )
 
 
