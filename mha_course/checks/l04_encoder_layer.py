@@ -210,13 +210,11 @@ def _load(layer: nn.Module, t: nn.TransformerEncoderLayer, case: str) -> None:
             attn.in_proj_bias.copy_(src.in_proj_bias)
         copies = []
     copies += [("self_attn", "out_proj", src.out_proj.weight, src.out_proj.bias, square)]
-    for name, made in (
-        ("linear1", f"a Linear from d_model = {E} to dim_feedforward = {d_ff} features"),
-        ("linear2", f"a Linear from dim_feedforward = {d_ff} to d_model = {E} features"),
-        ("norm1", norm),
-        ("norm2", norm),
-    ):
-        copies.append(("", name, getattr(t, name).weight, getattr(t, name).bias, made))
+    made = {"linear1": f"a Linear from d_model = {E} to dim_feedforward = {d_ff} features"}
+    made["linear2"] = f"a Linear from dim_feedforward = {d_ff} to d_model = {E} features"
+    for name in ("linear1", "linear2", "norm1", "norm2"):
+        own = getattr(t, name)
+        copies.append(("", name, own.weight, own.bias, made.get(name, norm)))
     for owner, name, weight, bias, made in copies:
         where = f"self.{owner}.{name}" if owner else f"self.{name}"
         found = part(attn if owner else layer, name, owner or "EncoderLayer")
