@@ -259,10 +259,8 @@ def _block_cases():
     q = 3 * w / w.norm() + 0.3 * randn(4, 8)
     k = torch.linspace(0.2, 3.0, 12, dtype=torch.float64)[:, None] * w + 0.3 * randn(12, 8)
     yield Case("the max rises at every block: L 4, S 12, block_size 3", (q, k, randn(12, 6), 3))
-    yield Case(
-        "huge scores (about ±1000; exp overflows above ~710 in float64): q × 300, block_size 4",
-        (300 * randn(2, 5, 8), randn(2, 12, 8), randn(2, 12, 6), 4),
-    )
+    name = "huge scores (about ±1000; exp overflows above ~710 in float64): q × 300, block_size 4"
+    yield Case(name, (300 * randn(2, 5, 8), randn(2, 12, 8), randn(2, 12, 6), 4))
     # keys along w: the scores fall from about 1000 in the first block to 0..200 in the second
     c = torch.cat([torch.linspace(1200, 1000, 4), torch.linspace(200, 0, 4)]).double()
     k = c[:, None] * w * math.sqrt(8) / (q @ w).mean() + 0.3 * randn(8, 8)
