@@ -43,7 +43,6 @@ _SCORE_FLAWS = {
     "softmax applied": "the softmax is applied: attention_scores stops at the scaled scores; the "
     "softmax turns them into weights in the next step.",
 }
-
 _SCORE_FAMILY = ("divided by d_k", "multiplied by √d_k", *_SCORE_FLAWS, "scores transposed")
 
 

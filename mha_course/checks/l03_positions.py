@@ -69,26 +69,20 @@ def _floating(case: Case, got, expected) -> None:
         )
 
 
-def _pe_cases():
-    yield Case("max_len=1, d_model=4: position 0 only, sin(0) = 0 and cos(0) = 1", (1, 4))
-    yield Case("max_len=6, d_model=8", (6, 8))
-    yield Case("max_len=16, d_model=16 (square: a transposed table has the right shape)", (16, 16))
-    yield Case("max_len=50, d_model=32", (50, 32))
-    yield Case("max_len=20, d_model=128: the low frequencies of a wide model", (20, 128))
-
-
+_PE_CASES = [
+    Case("max_len=1, d_model=4: position 0 only, sin(0) = 0 and cos(0) = 1", (1, 4)),
+    Case("max_len=6, d_model=8", (6, 8)),
+    Case("max_len=16, d_model=16 (square: a transposed table has the right shape)", (16, 16)),
+    Case("max_len=50, d_model=32", (50, 32)),
+    Case("max_len=20, d_model=128: the low frequencies of a wide model", (20, 128)),
+]
+_ONE_ROW = "one row per position and one column per feature: (max_len, d_model)."
 POSITIONAL_ENCODING = Table(
-    cases=_pe_cases,
+    cases=lambda: _PE_CASES,
     reference=functools.partial(positional.positional_encoding, dtype=torch.float64),
     mistakes=families.flawed(_sinusoids, _PE_WHY, **_PE_WHY),
     shape_checks=[_floating],
-    outputs=[
-        Out(
-            "the encodings",
-            shape_hint="one row per position and one column per feature: (max_len, d_model).",
-            cause=_base_hint,
-        )
-    ],
+    outputs=[Out("the encodings", shape_hint=_ONE_ROW, cause=_base_hint)],
     atol=1e-4,
     rtol=1e-4,
 )
