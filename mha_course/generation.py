@@ -16,8 +16,8 @@ Compiled decoding (``compile=True``): the prompt runs once, eagerly, into a
 on CUDA: the step is captured once in a CUDA graph and replayed). Nothing in the step changes
 from one token to the next but the values of tensors (the cache's position is a tensor), so it
 compiles once per model and shape, not once per token, and a second call of :func:`generate` on
-the same model and shapes compiles nothing (the compiled step, and the model's static cache, are
-kept for the next call).
+the same model and shapes compiles nothing (the compiled step, and the model's static cache for
+that batch size, are kept for the next call).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def _next_logits(model, ids: Tensor, cache) -> Tensor:
 # ---------------------------------------------------------------- compiled decoding
 
 _COMPILED: dict[tuple, Callable] = {}  # torch.compile's options -> the compiled decode step
-_STATIC_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its cache
+_STATIC_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its caches
 
 
 def _compile_options(compile, use_cache: bool, device: torch.device) -> dict | None:
@@ -152,18 +152,16 @@ def _compiled_step(options: dict) -> Callable:
 
 
 def _static_cache(model, batch_size: int):
-    """The model's static cache for ``batch_size`` sequences, emptied: the one the last call
-    used when it fits (same batch, dtype and device), so that a CUDA graph captured then reads
-    the same addresses; else a new one, kept for the next call."""
-    cache = _STATIC_CACHES.get(model)
+    """The model's static cache for ``batch_size`` sequences in its dtype and on its device,
+    emptied: one per such shape, kept and reused, so that a compiled step (whose guards may hold
+    the cache's tensors themselves, as torch 2.5's do) and a CUDA graph captured with it read the
+    same tensors at the same addresses next time."""
     weight = next(model.parameters())
-    if (
-        cache is None
-        or cache.batch_size != batch_size
-        or cache.keys[0].dtype != weight.dtype
-        or cache.keys[0].device != weight.device
-    ):
-        cache = _STATIC_CACHES[model] = model.new_cache(batch_size, static=True)
+    caches = _STATIC_CACHES.setdefault(model, {})
+    key = (batch_size, weight.dtype, weight.device)
+    if key not in caches:
+        caches[key] = model.new_cache(batch_size, static=True)
+    cache = caches[key]
     cache.reset()
     return cache
 

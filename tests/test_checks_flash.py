@@ -134,7 +134,7 @@ def test_attend_tile_names_the_dtype_of_a_float16_product(interpreter):
         check_attend_tile,
         triton.jit(namespace["planted_step"]),
         "Case \"float16 q, k, v (a GPU's dtype)",
-        "your code raised AssertionError: Both operands must be same dtype",
+        "your code raised AssertionError",  # Triton's own words differ from version to version
         "tl.dot multiplies two tiles of one dtype",
     )
 
