@@ -20,7 +20,7 @@ CHECKED = "held by an expect(...) check of the lesson, within its tolerance"
 
 # lesson: {cell id: where its numbers come from}
 SOURCES = {
-    "00": {"cell-000": RUN_TIME, "softmax-intro": PUBLISHED},
+    "00": {"softmax-intro": PUBLISHED},
     "01": {"hints-attention_scores": BY_HAND},
     "02": {
         "cell-075": SETTING,
@@ -29,14 +29,14 @@ SOURCES = {
         "l02-self-check": SETTING,
     },
     "03": {
-        "cell-000": RUN_TIME,
         "layernorm-after": BY_HAND,
         "stack-intro": BY_HAND,
         "cell-027": SETTING,
         "cell-030": SETTING,
     },
-    "04": {"cell-036": BY_HAND, "cell-going-further": SETTING},
+    "04": {"cell-000": RUN_TIME, "cell-036": BY_HAND, "cell-going-further": SETTING},
     "05": {
+        "cell-000": RUN_TIME,
         "cell-027": ONCE,
         "cell-038": SETTING,
         "cell-059": CHECKED,
@@ -50,6 +50,7 @@ SOURCES = {
         "going-further": PUBLISHED,
     },
     "07": {
+        "cell-000": RUN_TIME,
         "data-intro": SETTING,
         "train-intro": SETTING,
         "sampling-intro": BY_HAND,
@@ -63,7 +64,6 @@ SOURCES = {
         "gpu-figures": H200,
     },
     "08": {
-        "title": RUN_TIME,
         "l08-rotary-exercise": BY_HAND,
         "alibi-intro": BY_HAND,
         "alibi-answer": BY_HAND,
@@ -72,7 +72,6 @@ SOURCES = {
         "gqa-proof-intro": SETTING,
     },
     "09": {
-        "l09-title": RUN_TIME,
         "l09-why-tiles": PUBLISHED,
         "l09-launch-hints": BY_HAND,
         "l09-gpu-read": SETTING,
